@@ -1,0 +1,57 @@
+/* kh_common.h: small shared vocabulary for every core file.
+ * Owns:  nothing.
+ * In:    -
+ * Out:   kh_str slices, branch hints, container/array macros, kh_xmalloc.
+ * Never: allocates behind the caller's back (kh_xmalloc aborts on failure, by design). */
+#ifndef KH_COMMON_H
+#define KH_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KH_LIKELY(x) __builtin_expect(!!(x), 1)
+#define KH_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define KH_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define KH_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#define KH_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KH_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define KH_UNUSED(x) ((void)(x))
+#define KH_EXPORT __attribute__((visibility("default")))
+
+/* A borrowed byte range. Who owns the bytes is said by whoever hands the slice out. */
+typedef struct kh_str {
+    const char *ptr;
+    size_t len;
+} kh_str;
+
+#define KH_STR_LIT(s) ((kh_str){(s), sizeof(s) - 1})
+
+static inline int kh_str_eq(kh_str a, const char *b, size_t blen)
+{
+    return a.len == blen && (blen == 0 || memcmp(a.ptr, b, blen) == 0);
+}
+
+/* Case-insensitive ASCII comparison; b must already be lower case. */
+static inline int kh_str_ieq_lower(kh_str a, const char *b, size_t blen)
+{
+    if (a.len != blen)
+        return 0;
+    for (size_t i = 0; i < blen; i++) {
+        unsigned char c = (unsigned char)a.ptr[i];
+        if (c >= 'A' && c <= 'Z')
+            c |= 0x20;
+        if (c != (unsigned char)b[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* Small bookkeeping allocations abort on failure (h2o's h2o_mem_alloc): a peer cannot drive them. */
+void *kh_xmalloc(size_t n);
+void *kh_xcalloc(size_t n, size_t size);
+void *kh_xrealloc(void *p, size_t n);
+char *kh_xstrndup(const char *s, size_t n);
+
+#endif

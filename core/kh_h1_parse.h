@@ -1,0 +1,125 @@
+/* kh_h1_parse.h: sans-io RFC 9112 request-head parser and in-place chunked decoder.
+ * Owns:  nothing. The caller owns the input buffer; every kh_str the parser fills points into it.
+ * In:    bytes of a request head (possibly incomplete), limits.
+ * Out:   slices for method, target, path, query, headers; framing facts (CL / chunked), flags.
+ * Never: allocates, touches I/O, keeps state between calls (except the chunked decoder's struct). */
+#ifndef KH_H1_PARSE_H
+#define KH_H1_PARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kh_common.h"
+#include "kh_err.h"
+
+/* Parser errors: each maps to one HTTP status (kh_h1_error_status) and one reason string.
+ * After any of these the connection must be closed: framing can no longer be trusted. */
+enum {
+    KH_H1_EBADREQ = -5100,      /* 400: malformed request line or header line */
+    KH_H1_EMETHOD = -5101,      /* 400: invalid token character in the method */
+    KH_H1_ETARGET = -5102,      /* 400: invalid request-target */
+    KH_H1_EVERSION = -5103,     /* 505: HTTP major version other than 1 */
+    KH_H1_EBADVERSION = -5104,  /* 400: malformed HTTP-version */
+    KH_H1_EFIELDNAME = -5105,   /* 400: invalid token character in a field name (or empty name) */
+    KH_H1_EWSCOLON = -5106,     /* 400: whitespace between field name and colon (RFC 9112 §5.1) */
+    KH_H1_EFIELDVALUE = -5107,  /* 400: control character / NUL in a field value */
+    KH_H1_EOBSFOLD = -5108,     /* 400: obs-fold line (RFC 9112 §5.2) */
+    KH_H1_EBARECR = -5109,      /* 400: CR not followed by LF */
+    KH_H1_EBARELF = -5110,      /* 400: LF not preceded by CR (we accept only CRLF) */
+    KH_H1_EFRAMING = -5111,     /* 400: CL with TE, differing duplicate CL, TE in HTTP/1.0, chunked not last */
+    KH_H1_EBADCL = -5112,       /* 400: Content-Length not a valid non-negative decimal (or overflow) */
+    KH_H1_ETE = -5113,          /* 501: Transfer-Encoding other than chunked */
+    KH_H1_ENOHOST = -5114,      /* 400: HTTP/1.1 without Host, more than one Host, or an invalid Host */
+    KH_H1_ETARGETLEN = -5115,   /* 414: request-target longer than target_bytes */
+    KH_H1_EHEADLEN = -5116,     /* 431: head longer than header_bytes */
+    KH_H1_EFIELDS = -5117,      /* 431: more than header_fields fields */
+    KH_H1_EEXPECT = -5118,      /* 417: Expect with anything but 100-continue */
+    KH_H1_ECHUNK = -5119,       /* 400: bad chunk size / chunk framing / trailer */
+};
+
+/* Returns the HTTP status for a KH_H1_E* code (400 for anything unknown). */
+int kh_h1_error_status(int err);
+/* Returns a short human reason for a KH_H1_E* code, e.g. "obs-fold in header". Never NULL. */
+const char *kh_h1_error_reason(int err);
+
+typedef struct kh_h1_limits {
+    size_t header_bytes;  /* whole head incl. request line and the final CRLF -> KH_H1_EHEADLEN */
+    size_t header_fields; /* number of header lines -> KH_H1_EFIELDS */
+    size_t target_bytes;  /* request-target length -> KH_H1_ETARGETLEN */
+} kh_h1_limits;
+
+typedef struct kh_h1_field {
+    kh_str name;  /* as received (case preserved); no surrounding whitespace */
+    kh_str value; /* leading and trailing OWS removed */
+} kh_h1_field;
+
+enum kh_h1_body_kind {
+    KH_H1_BODY_NONE = 0,    /* no Content-Length, no Transfer-Encoding: body length 0 */
+    KH_H1_BODY_LENGTH = 1,  /* content_length bytes follow (may be 0) */
+    KH_H1_BODY_CHUNKED = 2, /* chunked transfer coding */
+};
+
+enum kh_h1_target_form {
+    KH_H1_ORIGIN_FORM = 0,   /* /path?query */
+    KH_H1_ABSOLUTE_FORM = 1, /* http://host[:port]/path?query: authority filled, path/query from it */
+    KH_H1_ASTERISK_FORM = 2, /* "*", only with OPTIONS; path = "*" */
+    KH_H1_AUTHORITY_FORM = 3 /* host:port, only with CONNECT; authority filled, path empty */
+};
+
+enum {
+    KH_H1_F_CONN_CLOSE = 1u << 0,      /* Connection: close */
+    KH_H1_F_CONN_KEEPALIVE = 1u << 1,  /* Connection: keep-alive */
+    KH_H1_F_CONN_UPGRADE = 1u << 2,    /* Connection: upgrade */
+    KH_H1_F_EXPECT_CONTINUE = 1u << 3, /* Expect: 100-continue */
+    KH_H1_F_HAS_UPGRADE = 1u << 4,     /* an Upgrade header is present (value in upgrade) */
+};
+
+typedef struct kh_h1_head {
+    kh_str method;
+    kh_str target;         /* the raw request-target */
+    kh_str path;           /* origin-form path, or the path part of absolute-form ("/" if empty) */
+    kh_str query;          /* after '?', without it; ptr NULL when there is no '?' */
+    kh_str authority;      /* absolute-form / authority-form authority; else empty */
+    kh_str host;           /* value of the Host header (empty if none) */
+    kh_str upgrade;        /* value of the Upgrade header (empty if none) */
+    int minor_version;     /* 0 or 1 (HTTP/1.2+ is treated as 1) */
+    int target_form;       /* enum kh_h1_target_form */
+    int body_kind;         /* enum kh_h1_body_kind */
+    uint64_t content_length;
+    unsigned flags;        /* KH_H1_F_* */
+    kh_h1_field *fields;   /* in: caller's array of at least limits->header_fields entries */
+    size_t num_fields;     /* out: number filled */
+} kh_h1_head;
+
+/* Parses one request head from buf[0..len).
+ * prev_len: how many bytes of buf were already seen by the previous call that returned KH_EAGAIN on
+ * the same request (0 on the first call), so the search for the end of the head does not rescan.
+ * Leading empty lines (CRLF) before the request line are skipped and counted in the return value.
+ * Returns: the number of bytes the head occupies (through the blank line) on success; KH_EAGAIN when
+ * the head is incomplete and no error is visible yet; or a KH_H1_E* code. For any input, every
+ * proper prefix returns KH_EAGAIN or the same error code as the whole input.
+ * On success every kh_str in *out points into buf. */
+ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_head *out,
+                            const kh_h1_limits *lim);
+
+/* In-place chunked body decoder (RFC 9112 §7.1). Zero-initialise before the first call. */
+typedef struct kh_h1_chunked {
+    uint64_t remaining; /* bytes left in the current chunk's data */
+    uint32_t state;     /* private */
+    uint32_t hex_digits;
+    size_t line_bytes;  /* bytes of the current size line / trailer section, to cap them */
+    size_t trailer_bytes;
+    size_t trailer_fields;
+    int done;           /* set to 1 once the last chunk and the trailer section are consumed */
+} kh_h1_chunked;
+
+/* Decodes chunked data in buf[0..len) in place: the chunk payload bytes are moved to the front of
+ * buf and their count stored in *out_len. Returns the number of input bytes consumed: len while the
+ * body goes on, or fewer once d->done is set (the rest of buf belongs to the next request).
+ * Returns KH_H1_ECHUNK on bad framing, KH_H1_EHEADLEN / KH_H1_EFIELDS when the trailer section
+ * passes lim, or a trailer field error code. Trailer fields are checked and discarded. */
+ssize_t kh_h1_chunked_decode(kh_h1_chunked *d, char *buf, size_t len, size_t *out_len,
+                             const kh_h1_limits *lim);
+
+#endif

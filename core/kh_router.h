@@ -38,11 +38,18 @@ void kh_router_free(kh_router *r);
  * Precedence at match time: literal segment > :param > *splat, with backtracking.
  * A GET route also answers HEAD unless a HEAD route is set for the same pattern.
  * Returns 0, or KH_EINVAL with *err set to a static message (bad pattern, duplicate route,
- * conflicting param names at the same position, too many params). */
+ * conflicting param names at the same position, too many params).
+ * Also refused (kh_router.c's header has the details): a method that is not an RFC 9110 token,
+ * a param name outside [A-Za-z0-9_]+ or repeated within the pattern, a NULL argument. *err may be
+ * NULL; it is set to NULL on success. A failed add leaves the router unchanged. */
 int kh_router_add(kh_router *r, const char *method, size_t method_len, const char *pattern,
                   size_t pattern_len, intptr_t value, const char **err);
 
-/* Matches a path (no query string). Fills *m. Returns m->status. */
+/* Matches a path (no query string). Fills *m. Returns m->status.
+ * Never allocates and never writes to r, so a built router may be matched from several threads.
+ * A HEAD request takes the HEAD route, else the GET route, else the "*" route. Params are set only
+ * with status 0 (num_params is 0 with 404 and 405). Allow lists GET, HEAD, POST, PUT, PATCH,
+ * DELETE, OPTIONS, CONNECT, TRACE in that order, then other methods in byte order; never "*". */
 int kh_router_match(const kh_router *r, kh_str method, kh_str path, kh_route_match *m);
 
 #endif

@@ -1,0 +1,26 @@
+/* kh_app.h: the only way core calls up into the application layer (the Lua binding).
+ * Core knows no more of Lua than this table. All calls happen on the worker's own thread. */
+#ifndef KH_APP_H
+#define KH_APP_H
+
+#include <stddef.h>
+
+typedef struct kh_worker kh_worker;
+typedef struct kh_stream kh_stream;
+typedef struct kh_router kh_router;
+
+typedef struct kh_app_vt {
+    /* Builds the worker's app state and fills its router. Returns 0, or -1 with a message in
+     * err (for a script: "file:line: message"). */
+    int (*worker_init)(kh_worker *w, kh_router *router, void **app, char *err, size_t errlen);
+    void (*worker_close)(void *app);
+    /* A routed request: s->route_value and s->params are set. The app takes a ref
+     * (kh_stream_retain) for as long as it holds the stream. */
+    void (*dispatch)(void *app, kh_stream *s);
+    /* The body the app waits for is complete (or will never be: s->body_state says). */
+    void (*on_body)(void *app, kh_stream *s);
+    /* The protocol side of a stream the app holds is gone. */
+    void (*on_abort)(void *app, kh_stream *s);
+} kh_app_vt;
+
+#endif

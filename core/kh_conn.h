@@ -1,0 +1,89 @@
+/* kh_conn.h: a TCP connection and the narrow interface to the protocol that runs on it.
+ * Owns:  the uv_tcp_t, the unconsumed input (in), the output queue (out, plus one in-flight
+ *        write), its timeout entry, and the protocol's inline state.
+ * In:    bytes from the socket (lent from the worker's read slab), protocol output, timeouts.
+ * Out:   on_read/on_eof/on_timeout/on_shutdown/on_close calls into the protocol; writes.
+ * Never: parses a byte of HTTP.
+ * Memory: an idle keep-alive connection holds this struct only (no buffer, no stream). */
+#ifndef KH_CONN_H
+#define KH_CONN_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "kh_buf.h"
+#include "kh_stream.h"
+#include "kh_timer.h"
+#include "kh_worker.h"
+
+typedef struct kh_conn kh_conn;
+
+typedef struct kh_proto_vt {
+    const char *name;
+    /* Plaintext bytes in. Returns how many were consumed; the connection keeps the rest and
+     * offers them again (with more) on the next call. */
+    size_t (*on_read)(kh_conn *c, char *p, size_t n);
+    void (*on_eof)(kh_conn *c);
+    void (*on_timeout)(kh_conn *c, int kind);
+    /* Graceful stop: finish what is in flight, then close. */
+    void (*on_shutdown)(kh_conn *c);
+    /* The connection is closing: reset every stream, free protocol state. */
+    void (*on_close)(kh_conn *c);
+} kh_proto_vt;
+
+enum {
+    KH_CONN_F_CLOSING = 1u << 0,     /* uv_close was called */
+    KH_CONN_F_IN_FLUSH = 1u << 1,    /* on the worker's flush list */
+    KH_CONN_F_PAUSED = 1u << 2,      /* the protocol takes no input now */
+    KH_CONN_F_READING = 1u << 3,     /* uv_read_start is active */
+    KH_CONN_F_REFEED = 1u << 4,      /* offer `in` to the protocol again at the next flush */
+    KH_CONN_F_CLOSE_AFTER_WRITE = 1u << 5,
+    KH_CONN_F_LINGERING = 1u << 6,   /* shut down for writing, draining input before close */
+    KH_CONN_F_EOF = 1u << 7,         /* the peer sent FIN */
+    KH_CONN_F_HAS_INPUT = 1u << 8,   /* at least one byte arrived since the last request */
+};
+
+struct kh_conn {
+    uv_tcp_t tcp;
+    kh_worker *w;
+    const kh_proto_vt *proto;
+    kh_conn *flush_next;
+    kh_buf in;
+    kh_buf out;
+    struct kh_write_op *writing; /* the one write libuv holds, or NULL */
+    kh_timer timer;
+    uint8_t timer_kind;  /* what the protocol waits for (enum kh_timeout_kind) */
+    uint16_t flags;
+    uint32_t id;
+    kh_addr peer;
+    uint64_t proto_inline[2]; /* the protocol's per-connection state, when it is this small */
+};
+
+/* Accepts a connection from a listener on worker w (called by kh_worker). */
+void kh_conn_accept(kh_worker *w, uv_stream_t *listener);
+
+/* Output: append bytes (copied) and make sure a flush happens this loop turn. */
+void kh_conn_write(kh_conn *c, const void *p, size_t n);
+/* Reserve/commit for encoders that write in place. */
+char *kh_conn_out_reserve(kh_conn *c, size_t n);
+void kh_conn_out_commit(kh_conn *c, size_t n);
+
+/* Input flow: pause stops reading (bytes already received stay in `in`); resume offers `in` to
+ * the protocol again at the next flush and restarts reading. */
+void kh_conn_pause(kh_conn *c);
+void kh_conn_resume(kh_conn *c);
+
+/* Which timeout applies now (KH_TO_*); restarts its clock. */
+void kh_conn_set_timeout(kh_conn *c, int kind);
+
+/* Sends what is queued, then closes: FIN, drain input for lingering_close_ms, close. */
+void kh_conn_close_after_write(kh_conn *c);
+/* Closes now; idempotent. */
+void kh_conn_close(kh_conn *c);
+
+/* The worker's flush pass calls this for each conn on its list. */
+void kh__conn_flush(kh_conn *c);
+/* Timeout expiry for queue `kind` (called by the worker's tick). */
+void kh__conn_on_timer(kh_timer *t, int kind);
+
+#endif

@@ -1,0 +1,484 @@
+/* kh_h1.c: HTTP/1.1 protocol module (RFC 9112) on a kh_conn.
+ * Owns:  the per-connection h1 state (inline in the conn: 16 bytes) and the per-request h1 state
+ *        (inside the stream's proto_area: the chunked decoder, bytes left, keep-alive decision).
+ * In:    plaintext from kh_conn (on_read); sink calls from kh_stream.
+ * Out:   response bytes into the conn's out buffer; kh_stream_on_* events.
+ * Never: touches the socket, the loop or Lua.
+ *
+ * One request at a time: while a response is pending, input is paused and pipelined bytes wait
+ * in the conn's `in` buffer, so answers leave in request order without a queue of streams. */
+#include "kh_h1.h"
+
+#include <stdio.h>
+
+#include "kh_err.h"
+#include "kh_h1_parse.h"
+#include "kh_log.h"
+
+enum h1_phase {
+    PH_HEAD = 0, /* waiting for a request head */
+    PH_BODY,     /* reading the current request's body */
+    PH_WAIT,     /* request fully read; its response is not done */
+    PH_DISCARD,  /* response done before the body was read: read and drop the rest */
+    PH_CLOSED,   /* an error reply is out; nothing more is read */
+};
+
+enum {
+    H1_SHUTDOWN = 1u << 0, /* graceful stop: close after the current response */
+};
+
+typedef struct h1_conn {
+    kh_stream *s;
+    uint32_t prev_len; /* bytes of the pending head already scanned */
+    uint8_t phase;
+    uint8_t flags;
+    uint16_t _pad;
+} h1_conn;
+
+typedef struct h1_stream {
+    kh_h1_chunked chunked;
+    uint64_t remaining;       /* Content-Length bytes still to read */
+    uint8_t chunked_body;
+    uint8_t expect_continue;  /* the client waits for 100 Continue */
+    uint8_t continue_sent;
+    uint8_t keepalive;        /* decided when the head goes out */
+    uint8_t resp_chunked;     /* the response body uses chunked framing */
+    uint8_t dispatched;
+} h1_stream;
+
+_Static_assert(sizeof(h1_conn) <= sizeof(((kh_conn *)0)->proto_inline), "h1_conn fits inline");
+_Static_assert(sizeof(h1_stream) <= sizeof(((kh_stream *)0)->proto_area), "h1_stream fits");
+
+static inline h1_conn *H(kh_conn *c)
+{
+    return (h1_conn *)c->proto_inline;
+}
+
+static inline h1_stream *HS(kh_stream *s)
+{
+    return (h1_stream *)s->proto_area;
+}
+
+static const kh_sink_vt h1_sink;
+
+void kh_h1_start(kh_conn *c)
+{
+    memset(H(c), 0, sizeof(h1_conn));
+    kh_conn_set_timeout(c, KH_TO_HEADER);
+}
+
+/* A reply without a stream (the head could not be parsed): always closes the connection. */
+static void reply_error(kh_conn *c, int status, const char *reason)
+{
+    char buf[512];
+    char body[256];
+    int blen = snprintf(body, sizeof body, "%s\n", reason);
+    int n = snprintf(buf, sizeof buf,
+                     "HTTP/1.1 %d %s\r\nServer: khamsin\r\nDate: %s\r\n"
+                     "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+                     "Connection: close\r\n\r\n%s",
+                     status, kh_status_reason(status), kh_worker_date(c->w), blen, body);
+    kh_conn_write(c, buf, (size_t)n);
+    H(c)->phase = PH_CLOSED;
+    kh_conn_set_timeout(c, KH_TO_NONE);
+    kh_conn_close_after_write(c);
+}
+
+/* The request is fully read and its response complete: get ready for the next one. */
+static void finish_request(kh_conn *c)
+{
+    h1_conn *h = H(c);
+    kh_stream *s = h->s;
+    int keep = HS(s)->keepalive && !(h->flags & H1_SHUTDOWN) && !(c->flags & KH_CONN_F_EOF);
+    h->s = NULL;
+    kh_stream_release(s); /* the protocol's ref */
+    if (!keep) {
+        h->phase = PH_CLOSED;
+        kh_conn_set_timeout(c, KH_TO_NONE);
+        kh_conn_close_after_write(c);
+        return;
+    }
+    h->phase = PH_HEAD;
+    h->prev_len = 0;
+    c->flags &= ~KH_CONN_F_HAS_INPUT;
+    kh_conn_set_timeout(c, c->in.len ? KH_TO_HEADER : KH_TO_IDLE);
+    kh_conn_resume(c);
+}
+
+/* The stream's response is complete (sink data with fin). */
+static void response_done(kh_conn *c, kh_stream *s)
+{
+    h1_conn *h = H(c);
+    if (h->s != s)
+        return;
+    if (!HS(s)->keepalive) {
+        /* nothing after this response will be read: the rest of the body does not matter */
+        h->phase = PH_CLOSED;
+        h->s = NULL;
+        kh_stream_release(s);
+        kh_conn_set_timeout(c, KH_TO_NONE);
+        kh_conn_close_after_write(c);
+        return;
+    }
+    if (h->phase == PH_WAIT) {
+        finish_request(c);
+    } else if (h->phase == PH_BODY) {
+        h->phase = PH_DISCARD; /* keep-alive: read and drop the unread body, then go on */
+        kh_conn_resume(c);
+    }
+}
+
+/* Feeds body bytes to the stream. Returns bytes consumed, or -1 after an error reply. */
+static ssize_t read_body(kh_conn *c, kh_stream *s, char *p, size_t n, int deliver)
+{
+    h1_stream *hs = HS(s);
+    size_t used, out_len;
+    if (hs->chunked_body) {
+        kh_h1_limits lim = {c->w->limits->header_bytes, c->w->limits->header_fields,
+                            c->w->limits->target_bytes};
+        ssize_t r = kh_h1_chunked_decode(&hs->chunked, p, n, &out_len, &lim);
+        if (r < 0) {
+            KH_LOG_DEBUG("c%u bad chunked body: %s", c->id, kh_h1_error_reason((int)r));
+            HS(s)->keepalive = 0;
+            kh_stream_on_body_error(s, kh_h1_error_status((int)r), kh_h1_error_reason((int)r));
+            return -1;
+        }
+        used = (size_t)r;
+        if (deliver && out_len && kh_stream_on_body(s, p, out_len) != 0)
+            return -1;
+        if (hs->chunked.done)
+            hs->remaining = 0;
+    } else {
+        used = (size_t)KH_MIN((uint64_t)n, hs->remaining);
+        hs->remaining -= used;
+        if (deliver && used && kh_stream_on_body(s, p, used) != 0)
+            return -1;
+    }
+    int complete = hs->chunked_body ? hs->chunked.done : hs->remaining == 0;
+    if (complete) {
+        kh_conn_set_timeout(c, KH_TO_NONE);
+        if (deliver)
+            kh_stream_on_body_end(s);
+    } else {
+        kh_conn_set_timeout(c, KH_TO_BODY);
+    }
+    return (ssize_t)used;
+}
+
+static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
+{
+    h1_conn *h = H(c);
+    kh_stream *s = kh_stream_open(c->w, &h1_sink, c);
+    kh_header hdrs[head->num_fields ? head->num_fields : 1];
+    for (size_t i = 0; i < head->num_fields; i++) {
+        hdrs[i].name = fields[i].name;
+        hdrs[i].value = fields[i].value;
+    }
+    kh_str authority = head->authority.len ? head->authority : head->host;
+    kh_stream_set_head(s, head->method, head->target, head->path, head->query, authority, 1,
+                       head->minor_version, hdrs, head->num_fields);
+    s->peer = c->peer;
+    h1_stream *hs = HS(s);
+    memset(hs, 0, sizeof *hs);
+    /* RFC 9112 §9.3: 1.1 persists unless "close"; 1.0 only with "keep-alive". */
+    if (head->minor_version >= 1)
+        hs->keepalive = !(head->flags & KH_H1_F_CONN_CLOSE);
+    else
+        hs->keepalive = (head->flags & KH_H1_F_CONN_KEEPALIVE) && !(head->flags & KH_H1_F_CONN_CLOSE);
+    if (c->w->limits->keepalive_timeout_ms == 0 || (h->flags & H1_SHUTDOWN) || c->w->stopping)
+        hs->keepalive = 0;
+    h->s = s;
+    int64_t len = 0;
+    if (head->body_kind == KH_H1_BODY_CHUNKED) {
+        hs->chunked_body = 1;
+        len = -1;
+    } else if (head->body_kind == KH_H1_BODY_LENGTH) {
+        hs->remaining = head->content_length;
+        len = (int64_t)head->content_length;
+    }
+    hs->expect_continue = (head->flags & KH_H1_F_EXPECT_CONTINUE) && len != 0 && head->minor_version >= 1;
+    if (kh_stream_expect_body(s, len) != 0) {
+        /* declared Content-Length over body_bytes: 413 before reading a byte of it */
+        hs->keepalive = 0;
+        kh_stream_on_head(s);
+        return -1;
+    }
+    h->phase = len == 0 ? PH_WAIT : PH_BODY;
+    kh_conn_set_timeout(c, len == 0 ? KH_TO_NONE : KH_TO_BODY);
+    return 0;
+}
+
+static void dispatch(kh_conn *c, kh_stream *s)
+{
+    HS(s)->dispatched = 1;
+    kh_stream_retain(s); /* on_head may finish the request; keep s valid for the checks */
+    kh_stream_on_head(s);
+    kh_stream_release(s);
+}
+
+static size_t h1_on_read(kh_conn *c, char *p, size_t n)
+{
+    h1_conn *h = H(c);
+    size_t off = 0;
+    const kh_limits *l = c->w->limits;
+    while (off < n && !(c->flags & KH_CONN_F_CLOSING)) {
+        switch (h->phase) {
+        case PH_HEAD: {
+            kh_h1_field fields[l->header_fields];
+            kh_h1_head head;
+            memset(&head, 0, sizeof head);
+            head.fields = fields;
+            kh_h1_limits lim = {l->header_bytes, l->header_fields, l->target_bytes};
+            ssize_t r = kh_h1_parse_request(p + off, n - off, h->prev_len, &head, &lim);
+            if (r == KH_EAGAIN) {
+                h->prev_len = (uint32_t)(n - off);
+                if (c->timer_kind != KH_TO_HEADER)
+                    kh_conn_set_timeout(c, KH_TO_HEADER);
+                return off;
+            }
+            if (r < 0) {
+                KH_LOG_DEBUG("c%u bad request: %s", c->id, kh_h1_error_reason((int)r));
+                reply_error(c, kh_h1_error_status((int)r), kh_h1_error_reason((int)r));
+                return n;
+            }
+            h->prev_len = 0;
+            int rc = start_request(c, &head, fields);
+            off += (size_t)r;
+            if (rc != 0)
+                return n; /* 413 is out and the connection closes */
+            if (h->phase == PH_WAIT)
+                dispatch(c, h->s);
+            break;
+        }
+        case PH_BODY:
+        case PH_DISCARD: {
+            kh_stream *s = h->s;
+            int discard = h->phase == PH_DISCARD;
+            ssize_t r = read_body(c, s, p + off, n - off, !discard);
+            if (r < 0)
+                return n;
+            off += (size_t)r;
+            int complete = HS(s)->chunked_body ? HS(s)->chunked.done : HS(s)->remaining == 0;
+            if (!HS(s)->dispatched && !discard) {
+                /* the body bytes at hand went in first, so most handlers find it complete */
+                if (complete && h->phase == PH_BODY)
+                    h->phase = PH_WAIT;
+                dispatch(c, s);
+                if (h->s != s)
+                    break; /* answered and finished, or closed */
+            }
+            if (complete && h->s == s) {
+                if (h->phase == PH_DISCARD)
+                    finish_request(c);
+                else if (h->phase == PH_BODY)
+                    h->phase = PH_WAIT;
+            }
+            break;
+        }
+        case PH_WAIT:
+            kh_conn_pause(c);
+            return off;
+        case PH_CLOSED:
+        default:
+            return n;
+        }
+    }
+    if (h->phase == PH_WAIT)
+        kh_conn_pause(c);
+    return off;
+}
+
+static void h1_on_eof(kh_conn *c)
+{
+    h1_conn *h = H(c);
+    if (h->phase == PH_WAIT && h->s) {
+        /* half-close after a complete request: answer it, then close */
+        HS(h->s)->keepalive = 0;
+        return;
+    }
+    kh_conn_close(c);
+}
+
+static void h1_on_timeout(kh_conn *c, int kind)
+{
+    h1_conn *h = H(c);
+    switch (kind) {
+    case KH_TO_HEADER:
+        if (c->in.len || (c->flags & KH_CONN_F_HAS_INPUT)) {
+            KH_LOG_DEBUG("c%u request head timed out", c->id);
+            reply_error(c, 408, "Request Timeout");
+        } else {
+            kh_conn_close(c);
+        }
+        break;
+    case KH_TO_BODY:
+        KH_LOG_DEBUG("c%u request body timed out", c->id);
+        if (h->s && h->phase == PH_BODY) {
+            HS(h->s)->keepalive = 0;
+            kh_stream_on_body_error(h->s, 408, "Request Timeout");
+        } else {
+            kh_conn_close(c);
+        }
+        break;
+    case KH_TO_IDLE:
+    default:
+        kh_conn_close(c);
+        break;
+    }
+}
+
+static void h1_on_shutdown(kh_conn *c)
+{
+    h1_conn *h = H(c);
+    h->flags |= H1_SHUTDOWN;
+    if (h->phase == PH_HEAD && c->in.len == 0 && h->s == NULL)
+        kh_conn_close(c);
+    else if (h->s && !(h->s->flags & KH_STREAM_F_HEAD_SENT))
+        HS(h->s)->keepalive = 0;
+}
+
+static void h1_on_close(kh_conn *c)
+{
+    h1_conn *h = H(c);
+    if (h->s) {
+        kh_stream *s = h->s;
+        h->s = NULL;
+        kh_stream_on_reset(s, KH_ECLOSED);
+    }
+    h->phase = PH_CLOSED;
+}
+
+const kh_proto_vt kh_h1_proto = {
+    .name = "h1",
+    .on_read = h1_on_read,
+    .on_eof = h1_on_eof,
+    .on_timeout = h1_on_timeout,
+    .on_shutdown = h1_on_shutdown,
+    .on_close = h1_on_close,
+};
+
+/* ---- sink: the response side ---- */
+
+static char *put(char *o, const char *s, size_t n)
+{
+    memcpy(o, s, n);
+    return o + n;
+}
+
+#define PUT_LIT(o, lit) put((o), (lit), sizeof(lit) - 1)
+
+static int h1_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int64_t clen)
+{
+    kh_conn *c = s->proto;
+    h1_conn *h = H(c);
+    h1_stream *hs = HS(s);
+    int has_server = 0, has_date = 0;
+    size_t need = 256;
+    for (size_t i = 0; i < n; i++) {
+        need += hdr[i].name.len + hdr[i].value.len + 4;
+        if (kh_str_ieq_lower(hdr[i].name, "server", 6))
+            has_server = 1;
+        else if (kh_str_ieq_lower(hdr[i].name, "date", 4))
+            has_date = 1;
+    }
+    /* RFC 9110 §15.3.5 / §15.4.5: 204 and 304 have no content. */
+    int bodyless = status == 204 || status == 304;
+    if (s->flags & KH_STREAM_F_CLOSE)
+        hs->keepalive = 0;
+    if (h->flags & H1_SHUTDOWN)
+        hs->keepalive = 0;
+    /* RFC 9110 §10.1.1: a final answer before a 100-continue body arrived: the client may or may
+     * not send it now, so the connection cannot be reused safely. */
+    if (hs->expect_continue && !hs->continue_sent && s->body_state == KH_BODY_READING)
+        hs->keepalive = 0;
+    if (clen < 0 && !bodyless) {
+        if (s->version_minor >= 1)
+            hs->resp_chunked = 1;
+        else
+            hs->keepalive = 0; /* HTTP/1.0: the end of the body is the end of the connection */
+    }
+    char *o = kh_conn_out_reserve(c, need);
+    char *start = o;
+    o += snprintf(o, 64, "HTTP/1.1 %d %s\r\n", status, kh_status_reason(status));
+    if (!has_server)
+        o = PUT_LIT(o, "Server: khamsin\r\n");
+    if (!has_date) {
+        o = PUT_LIT(o, "Date: ");
+        o = put(o, kh_worker_date(c->w), 29);
+        o = PUT_LIT(o, "\r\n");
+    }
+    for (size_t i = 0; i < n; i++) {
+        kh_str nm = hdr[i].name;
+        /* framing and hop-by-hop fields are ours to write */
+        if (kh_str_ieq_lower(nm, "content-length", 14) ||
+            kh_str_ieq_lower(nm, "transfer-encoding", 17) ||
+            kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "keep-alive", 10))
+            continue;
+        o = put(o, nm.ptr, nm.len);
+        o = PUT_LIT(o, ": ");
+        o = put(o, hdr[i].value.ptr, hdr[i].value.len);
+        o = PUT_LIT(o, "\r\n");
+    }
+    if (!bodyless) {
+        if (clen >= 0)
+            o += snprintf(o, 48, "Content-Length: %lld\r\n", (long long)clen);
+        else if (hs->resp_chunked)
+            o = PUT_LIT(o, "Transfer-Encoding: chunked\r\n");
+    }
+    if (!hs->keepalive)
+        o = PUT_LIT(o, "Connection: close\r\n");
+    else if (s->version_minor == 0)
+        o = PUT_LIT(o, "Connection: keep-alive\r\n");
+    o = PUT_LIT(o, "\r\n");
+    kh_conn_out_commit(c, (size_t)(o - start));
+    return 0;
+}
+
+static int h1_data(kh_stream *s, const char *p, size_t n, int fin)
+{
+    kh_conn *c = s->proto;
+    h1_stream *hs = HS(s);
+    int bodyless = s->status == 204 || s->status == 304 || (s->flags & KH_STREAM_F_HEAD_METHOD);
+    if (n && !bodyless) {
+        if (hs->resp_chunked) {
+            char line[24];
+            int k = snprintf(line, sizeof line, "%zx\r\n", n);
+            kh_conn_write(c, line, (size_t)k);
+            kh_conn_write(c, p, n);
+            kh_conn_write(c, "\r\n", 2);
+        } else {
+            kh_conn_write(c, p, n);
+        }
+    }
+    if (fin) {
+        if (hs->resp_chunked && !bodyless)
+            kh_conn_write(c, "0\r\n\r\n", 5);
+        response_done(c, s);
+    }
+    return 0;
+}
+
+static void h1_want_body(kh_stream *s)
+{
+    kh_conn *c = s->proto;
+    h1_stream *hs = HS(s);
+    if (hs->expect_continue && !hs->continue_sent && !(s->flags & KH_STREAM_F_HEAD_SENT)) {
+        hs->continue_sent = 1;
+        kh_conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    }
+}
+
+static void h1_reset(kh_stream *s, int err)
+{
+    kh_conn *c = s->proto;
+    if (c)
+        kh_conn_close(c);
+}
+
+static const kh_sink_vt h1_sink = {
+    .name = "h1",
+    .head = h1_head,
+    .data = h1_data,
+    .want_body = h1_want_body,
+    .reset = h1_reset,
+};

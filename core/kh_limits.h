@@ -1,0 +1,40 @@
+/* kh_limits.h: every limit of the engine in one X-macro table (style.md "Limits: one table").
+ * Owns:  the table; struct kh_limits is a plain value copied into each worker at start.
+ * In:    defaults, then --limit name=value / --name-with-dashes value (precedence: default < CLI).
+ * Out:   range-checked values, the --print-limits table. */
+#ifndef KH_LIMITS_H
+#define KH_LIMITS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* X(name, default, min, max, doc) */
+#define KH_LIMITS(X)                                                                               \
+    X(header_bytes, 16384, 256, 1048576, "max bytes of a request head (431)")                     \
+    X(header_fields, 100, 4, 10000, "max header fields in a request (431)")                        \
+    X(target_bytes, 8192, 64, 1048576, "max bytes of a request-target (414)")                      \
+    X(body_bytes, 8388608, 0, 1099511627776ULL, "max buffered request body (413)")                 \
+    X(header_timeout_ms, 10000, 50, 3600000, "time to receive a complete request head (408)")      \
+    X(body_timeout_ms, 60000, 50, 3600000, "max gap between two reads of a request body")          \
+    X(keepalive_timeout_ms, 60000, 0, 3600000, "idle keep-alive connection lifetime (0: no keep-alive)") \
+    X(write_timeout_ms, 30000, 50, 3600000, "max time a response write may stall")                 \
+    X(connections, 100000, 1, 10000000, "open connections per worker")                             \
+    X(lua_coroutine_cache, 1024, 0, 1000000, "finished coroutines kept for reuse per worker")     \
+    X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing")
+
+typedef struct kh_limits {
+#define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;
+    KH_LIMITS(KH_LIMIT_FIELD)
+#undef KH_LIMIT_FIELD
+} kh_limits;
+
+void kh_limits_init(kh_limits *l);
+/* Sets one limit by name (underscores or dashes). Returns 0, or -1 with a message in err that
+ * names the limit and its range. */
+int kh_limits_set(kh_limits *l, const char *name, const char *value, char *err, size_t errlen);
+/* 1 if name (underscores or dashes) is a limit. */
+int kh_limits_is_name(const char *name);
+void kh_limits_print(const kh_limits *l, FILE *out);
+
+#endif

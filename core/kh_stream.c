@@ -1,0 +1,361 @@
+/* kh_stream.c: the protocol-neutral request/response (see kh_stream.h).
+ * Owns:  stream pooling and generations, the head arena, the request body buffer, routing and
+ *        the replies the engine gives without the app (404, 405, 413).
+ * In:    kh_stream_on_* from protocols; kh_stream_send_* from the app.
+ * Out:   sink calls; kh_app_vt calls; access-log lines.
+ * Never: formats wire bytes. */
+#include "kh_stream.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+
+#include "kh_app.h"
+#include "kh_err.h"
+#include "kh_log.h"
+#include "kh_worker.h"
+
+size_t kh_addr_format(const kh_addr *a, char *buf, size_t cap)
+{
+    const char *r = NULL;
+    if (a->family == 4)
+        r = inet_ntop(AF_INET, a->bytes, buf, (socklen_t)cap);
+    else if (a->family == 6)
+        r = inet_ntop(AF_INET6, a->bytes, buf, (socklen_t)cap);
+    if (r == NULL) {
+        snprintf(buf, cap, "-");
+    }
+    return strlen(buf);
+}
+
+kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
+{
+    kh_stream *s = w->stream_pool;
+    uint32_t gen = 1;
+    if (s) {
+        w->stream_pool = s->pool_next;
+        gen = s->gen;
+    } else {
+        s = kh_xmalloc(sizeof *s);
+    }
+    /* Clear only the request-scoped header; the params array is filled up to num_params. */
+    memset(s, 0, offsetof(kh_stream, params));
+    s->gen = gen;
+    s->sink = sink;
+    s->proto = proto;
+    s->worker = w;
+    s->refs = 1;
+    s->id = ++w->next_stream_id;
+    s->scheme = "http";
+    s->status = 0;
+    s->bytes_sent = 0;
+    s->app_data = NULL;
+    s->app_wait = 0;
+    s->body_limit = w->limits->body_bytes;
+    s->start_ms = uv_now(&w->loop);
+    return s;
+}
+
+void kh_stream_retain(kh_stream *s)
+{
+    s->refs++;
+}
+
+void kh_stream_release(kh_stream *s)
+{
+    if (--s->refs > 0)
+        return;
+    kh_worker *w = s->worker;
+    free(s->arena);
+    s->arena = NULL;
+    kh_buf_release(&s->body, &w->bufs);
+    s->gen++; /* every {pointer, generation} pair the app still holds is now stale */
+    s->proto = NULL;
+    s->pool_next = w->stream_pool;
+    w->stream_pool = s;
+}
+
+static void copy_str(char **at, kh_str *dst, kh_str src, int lower)
+{
+    char *p = *at;
+    for (size_t i = 0; i < src.len; i++) {
+        char ch = src.ptr[i];
+        p[i] = (lower && ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
+    }
+    p[src.len] = '\0';
+    dst->ptr = src.ptr ? p : NULL;
+    dst->len = src.len;
+    *at = p + src.len + 1;
+}
+
+void kh_stream_set_head(kh_stream *s, kh_str method, kh_str target, kh_str path, kh_str query,
+                        kh_str authority, int major, int minor, const kh_header *h, size_t n)
+{
+    /* One block: the header array first (aligned), then every string NUL-terminated. */
+    size_t bytes = n * sizeof(kh_header) + method.len + target.len + path.len + query.len +
+                   authority.len + 5;
+    for (size_t i = 0; i < n; i++)
+        bytes += h[i].name.len + h[i].value.len + 2;
+    s->arena = kh_xmalloc(bytes);
+    s->headers = (kh_header *)s->arena;
+    char *at = s->arena + n * sizeof(kh_header);
+    copy_str(&at, &s->method, method, 0);
+    copy_str(&at, &s->target, target, 0);
+    copy_str(&at, &s->path, path, 0);
+    copy_str(&at, &s->query, query, 0);
+    copy_str(&at, &s->authority, authority, 0);
+    for (size_t i = 0; i < n; i++) {
+        copy_str(&at, &s->headers[i].name, h[i].name, 1);
+        copy_str(&at, &s->headers[i].value, h[i].value, 0);
+    }
+    s->num_headers = (uint32_t)n;
+    s->version_major = (uint8_t)major;
+    s->version_minor = (uint8_t)minor;
+    if (kh_str_eq(s->method, "HEAD", 4))
+        s->flags |= KH_STREAM_F_HEAD_METHOD;
+}
+
+const kh_header *kh_stream_header(const kh_stream *s, const char *lname, size_t len)
+{
+    for (uint32_t i = 0; i < s->num_headers; i++)
+        if (kh_str_eq(s->headers[i].name, lname, len))
+            return &s->headers[i];
+    return NULL;
+}
+
+int kh_stream_expect_body(kh_stream *s, int64_t length)
+{
+    s->body_expected = length;
+    if (length == 0) {
+        s->body_state = KH_BODY_COMPLETE;
+        return 0;
+    }
+    s->body_state = KH_BODY_READING;
+    if (length > 0 && (uint64_t)length > s->body_limit) {
+        s->body_state = KH_BODY_TOO_LARGE;
+        return KH_ELIMIT;
+    }
+    return 0;
+}
+
+static void notify_body(kh_stream *s)
+{
+    if ((s->flags & KH_STREAM_F_APP) && s->app_wait) {
+        kh_worker *w = s->worker;
+        w->cfg->app->on_body(w->app, s);
+    }
+}
+
+int kh_stream_on_body(kh_stream *s, const char *p, size_t n)
+{
+    if (s->body_state != KH_BODY_READING)
+        return s->body_state == KH_BODY_TOO_LARGE ? KH_ELIMIT : 0;
+    if (s->body_received + n > s->body_limit) {
+        s->body_state = KH_BODY_TOO_LARGE;
+        kh_buf_release(&s->body, &s->worker->bufs);
+        kh_stream_respond_error(s, 413, "Request body too large", 1);
+        notify_body(s);
+        return KH_ELIMIT;
+    }
+    s->body_received += n;
+    kh_buf_append(&s->body, &s->worker->bufs, p, n);
+    return 0;
+}
+
+void kh_stream_on_body_end(kh_stream *s)
+{
+    if (s->body_state != KH_BODY_READING)
+        return;
+    s->body_state = KH_BODY_COMPLETE;
+    notify_body(s);
+}
+
+void kh_stream_on_body_error(kh_stream *s, int status, const char *reason)
+{
+    kh_stream_retain(s);
+    if (s->body_state == KH_BODY_READING)
+        s->body_state = KH_BODY_ABORTED;
+    kh_stream_respond_error(s, status, reason, 1);
+    notify_body(s);
+    kh_stream_release(s);
+}
+
+void kh_stream_on_head(kh_stream *s)
+{
+    kh_worker *w = s->worker;
+    if (s->body_state == KH_BODY_TOO_LARGE) {
+        kh_stream_respond_error(s, 413, "Request body too large", 1);
+        return;
+    }
+    kh_route_match m;
+    m.num_params = 0;
+    kh_router_match(w->router, s->method, s->path, &m);
+    if (m.status == 404) {
+        kh_stream_respond_error(s, 404, "Not Found", 0);
+        return;
+    }
+    if (m.status == 405) {
+        kh_header allow = {KH_STR_LIT("Allow"), {m.allow, strlen(m.allow)}};
+        kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain; charset=utf-8")};
+        kh_header hs[2] = {allow, ct};
+        kh_stream_respond(s, 405, hs, 2, "Method Not Allowed\n", 19);
+        return;
+    }
+    s->route_value = m.value;
+    s->num_params = (uint32_t)m.num_params;
+    memcpy(s->params, m.params, m.num_params * sizeof m.params[0]);
+    s->flags |= KH_STREAM_F_APP;
+    kh_stream_retain(s);
+    w->cfg->app->dispatch(w->app, s);
+}
+
+void kh_stream_on_reset(kh_stream *s, int err)
+{
+    if (s->flags & KH_STREAM_F_ABORTED)
+        return;
+    s->flags |= KH_STREAM_F_ABORTED;
+    s->proto = NULL;
+    if (s->body_state == KH_BODY_READING)
+        s->body_state = KH_BODY_ABORTED;
+    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED)) {
+        kh_worker *w = s->worker;
+        w->cfg->app->on_abort(w->app, s);
+    }
+    kh_stream_release(s); /* the protocol's ref */
+}
+
+void kh_stream_want_body(kh_stream *s)
+{
+    if (s->proto && s->body_state == KH_BODY_READING)
+        s->sink->want_body(s);
+}
+
+/* RFC 9110 §5.1 token and §5.5 field-value: nothing that could end a line or smuggle a header. */
+static int header_ok(const kh_header *h)
+{
+    if (h->name.len == 0)
+        return 0;
+    for (size_t i = 0; i < h->name.len; i++) {
+        unsigned char c = (unsigned char)h->name.ptr[i];
+        if (c <= 0x20 || c >= 0x7f || strchr("\"(),/:;<=>?@[\\]{}", c))
+            return 0;
+    }
+    for (size_t i = 0; i < h->value.len; i++) {
+        unsigned char c = (unsigned char)h->value.ptr[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
+                        int64_t content_length)
+{
+    if (s->proto == NULL)
+        return KH_ECLOSED;
+    if (s->flags & KH_STREAM_F_HEAD_SENT)
+        return KH_EPROTO;
+    if (status < 200 || status > 999)
+        return KH_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!header_ok(&h[i]))
+            return KH_EINVAL;
+    s->flags |= KH_STREAM_F_HEAD_SENT;
+    s->status = status;
+    return s->sink->head(s, status, h, n, content_length);
+}
+
+int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin)
+{
+    if (s->proto == NULL)
+        return KH_ECLOSED;
+    if (!(s->flags & KH_STREAM_F_HEAD_SENT) || (s->flags & KH_STREAM_F_ENDED))
+        return KH_EPROTO;
+    if (s->flags & KH_STREAM_F_HEAD_METHOD)
+        n = 0;
+    if (n == 0 && !fin)
+        return 0;
+    s->bytes_sent += n;
+    if (fin) {
+        s->flags |= KH_STREAM_F_ENDED;
+        kh_worker_access_log(s->worker, s);
+    }
+    return s->sink->data(s, p, n, fin);
+}
+
+int kh_stream_respond(kh_stream *s, int status, const kh_header *h, size_t n, const char *body,
+                      size_t len)
+{
+    int r = kh_stream_send_head(s, status, h, n, (int64_t)len);
+    if (r != 0)
+        return r;
+    return kh_stream_send_data(s, body, len, 1);
+}
+
+int kh_stream_respond_error(kh_stream *s, int status, const char *text, int close)
+{
+    if (close)
+        s->flags |= KH_STREAM_F_CLOSE;
+    if (s->flags & KH_STREAM_F_HEAD_SENT) {
+        if (s->proto && !(s->flags & KH_STREAM_F_ENDED))
+            s->sink->reset(s, KH_EPROTO);
+        return KH_EPROTO;
+    }
+    char body[256];
+    int len = snprintf(body, sizeof body, "%s\n", text);
+    kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain; charset=utf-8")};
+    return kh_stream_respond(s, status, &ct, 1, body, (size_t)len);
+}
+
+const char *kh_status_reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 203: return "Non-Authoritative Information";
+    case 204: return "No Content";
+    case 205: return "Reset Content";
+    case 206: return "Partial Content";
+    case 300: return "Multiple Choices";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 402: return "Payment Required";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
+    case 421: return "Misdirected Request";
+    case 422: return "Unprocessable Content";
+    case 425: return "Too Early";
+    case 426: return "Upgrade Required";
+    case 428: return "Precondition Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 451: return "Unavailable For Legal Reasons";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "";
+    }
+}

@@ -1,0 +1,41 @@
+/* kh_timer.h: fixed-duration timeout queues, 24-byte entries embedded in their owners.
+ * Owns:  nothing but list links; the owner (a conn) embeds the kh_timer and is told by callback.
+ * Why:   every connection timeout (header, keep-alive, body, write) has one duration per worker, so
+ *        appending at the tail keeps each queue sorted by deadline: insert, remove and expiry are
+ *        O(1), and one uv_timer_t per worker drives them all, where a uv_timer_t per connection
+ *        would cost 152 bytes of the ~500-byte idle-connection budget. */
+#ifndef KH_TIMER_H
+#define KH_TIMER_H
+
+#include <stdint.h>
+
+typedef struct kh_timer kh_timer;
+typedef struct kh_timeq kh_timeq;
+typedef void (*kh_timer_cb)(kh_timer *t);
+
+struct kh_timer {
+    kh_timer *prev, *next; /* NULL when not queued */
+    uint64_t deadline;     /* loop time in ms */
+};
+
+struct kh_timeq {
+    kh_timer head; /* sentinel of a circular list */
+    uint64_t timeout_ms;
+    kh_timer_cb cb;
+};
+
+void kh_timeq_init(kh_timeq *q, uint64_t timeout_ms, kh_timer_cb cb);
+/* (Re)queues t at the tail with deadline now + q->timeout_ms. */
+void kh_timeq_add(kh_timeq *q, kh_timer *t, uint64_t now);
+void kh_timer_remove(kh_timer *t);
+static inline int kh_timer_active(const kh_timer *t)
+{
+    return t->next != 0;
+}
+/* Calls cb for (and removes) every entry whose deadline is <= now. The callback may re-queue or
+ * free its entry's owner. */
+void kh_timeq_expire(kh_timeq *q, uint64_t now);
+/* Earliest deadline in q, or UINT64_MAX when empty. */
+uint64_t kh_timeq_next(const kh_timeq *q);
+
+#endif

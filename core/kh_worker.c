@@ -1,0 +1,347 @@
+/* kh_worker.c: a worker thread (see kh_worker.h).
+ * Owns:  the loop and everything on it; the order of a loop turn: I/O callbacks, then one
+ *        flush pass over dirty connections (uv_prepare, redis's beforeSleep), then poll.
+ * In:    listening fds, config, stop requests.
+ * Out:   connections handed to kh_conn; app init through kh_app_vt. */
+#include "kh_worker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kh_conn.h"
+#include "kh_log.h"
+#include "kh_router.h"
+#include "kh_stream.h"
+
+static void on_timeout_header(kh_timer *t) { kh__conn_on_timer(t, KH_TO_HEADER); }
+static void on_timeout_idle(kh_timer *t) { kh__conn_on_timer(t, KH_TO_IDLE); }
+static void on_timeout_body(kh_timer *t) { kh__conn_on_timer(t, KH_TO_BODY); }
+static void on_timeout_write(kh_timer *t) { kh__conn_on_timer(t, KH_TO_WRITE); }
+static void on_timeout_linger(kh_timer *t) { kh__conn_on_timer(t, KH_TO_LINGER); }
+
+void kh_worker_schedule_flush(kh_worker *w, kh_conn *c)
+{
+    if (c->flags & KH_CONN_F_IN_FLUSH)
+        return;
+    c->flags |= KH_CONN_F_IN_FLUSH;
+    c->flush_next = w->flush_head;
+    w->flush_head = c;
+}
+
+static void write_access_log(kh_worker *w)
+{
+    if (w->access_log.len == 0)
+        return;
+    /* One write per loop turn. A regular file does not block for long; a full pipe drops lines
+     * rather than stall the loop (the fd is O_NONBLOCK when it is a pipe). */
+    ssize_t n = write(w->cfg->access_log_fd, w->access_log.base, w->access_log.len);
+    (void)n;
+    w->access_log.len = 0;
+    if (w->access_log.cap > 4 * KH_BUF_BLOCK)
+        kh_buf_release(&w->access_log, NULL);
+}
+
+static void flush_cb(uv_prepare_t *p)
+{
+    kh_worker *w = p->data;
+    while (w->flush_head) {
+        kh_conn *c = w->flush_head;
+        w->flush_head = c->flush_next;
+        c->flags &= ~KH_CONN_F_IN_FLUSH;
+        kh__conn_flush(c);
+    }
+    write_access_log(w);
+}
+
+static void tick_cb(uv_timer_t *t)
+{
+    kh_worker *w = t->data;
+    uint64_t now = uv_now(&w->loop);
+    for (int k = 1; k < KH_TO__COUNT; k++)
+        kh_timeq_expire(&w->timeq[k], now);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    kh_worker *w = listener->data;
+    if (status != 0) {
+        KH_LOG_WARN("accept: %s", uv_strerror(status));
+        return;
+    }
+    kh_conn_accept(w, listener);
+}
+
+const char *kh_worker_date(kh_worker *w)
+{
+    time_t now = time(NULL);
+    if ((uint64_t)now != w->date_sec) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(w->date, sizeof w->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        w->date_sec = (uint64_t)now;
+    }
+    return w->date;
+}
+
+/* nginx escapes '"', '\' and bytes outside printable ASCII as \xHH in access logs. */
+static void log_escaped(kh_buf *b, kh_str s)
+{
+    if (s.len == 0) {
+        kh_buf_append(b, NULL, "-", 1);
+        return;
+    }
+    char *out = kh_buf_reserve(b, NULL, s.len * 4);
+    size_t o = 0;
+    for (size_t i = 0; i < s.len; i++) {
+        unsigned char ch = (unsigned char)s.ptr[i];
+        if (ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\') {
+            static const char hex[] = "0123456789ABCDEF";
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        } else {
+            out[o++] = (char)ch;
+        }
+    }
+    b->len += o;
+}
+
+void kh_worker_access_log(kh_worker *w, const kh_stream *s)
+{
+    if (w->cfg->access_log_fd < 0)
+        return;
+    char addr[64], head[256];
+    kh_addr_format(&s->peer, addr, sizeof addr);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    char when[40];
+    strftime(when, sizeof when, "%d/%b/%Y:%H:%M:%S +0000", &tm);
+    kh_buf *b = &w->access_log;
+    int n = snprintf(head, sizeof head, "%s - - [%s] \"", addr, when);
+    kh_buf_append(b, NULL, head, (size_t)n);
+    log_escaped(b, s->method);
+    kh_buf_append(b, NULL, " ", 1);
+    log_escaped(b, s->target);
+    n = snprintf(head, sizeof head, " HTTP/%d.%d\" %d %llu \"", s->version_major,
+                 s->version_minor, s->status, (unsigned long long)s->bytes_sent);
+    kh_buf_append(b, NULL, head, (size_t)n);
+    const kh_header *h = kh_stream_header(s, "referer", 7);
+    log_escaped(b, h ? h->value : (kh_str){NULL, 0});
+    kh_buf_append(b, NULL, "\" \"", 3);
+    h = kh_stream_header(s, "user-agent", 10);
+    log_escaped(b, h ? h->value : (kh_str){NULL, 0});
+    kh_buf_append(b, NULL, "\"\n", 2);
+}
+
+static void close_walk_cb(uv_handle_t *h, void *arg)
+{
+    if (uv_is_closing(h))
+        return;
+    if (h->type == UV_TCP && h->data != arg) {
+        kh_conn *c = h->data;
+        if (c)
+            kh_conn_close(c);
+    }
+}
+
+static void shutdown_walk_cb(uv_handle_t *h, void *arg)
+{
+    if (uv_is_closing(h) || h->type != UV_TCP || h->data == arg)
+        return;
+    kh_conn *c = h->data;
+    if (c && c->proto && c->proto->on_shutdown)
+        c->proto->on_shutdown(c);
+}
+
+static void finish_stop(kh_worker *w)
+{
+    /* Everything left on the loop is ours: close it and let uv_run return. */
+    uv_walk(&w->loop, close_walk_cb, w);
+    if (!uv_is_closing((uv_handle_t *)&w->flush_prepare)) {
+        /* one last flush for anything queued */
+        flush_cb(&w->flush_prepare);
+        uv_close((uv_handle_t *)&w->flush_prepare, NULL);
+        uv_close((uv_handle_t *)&w->tick, NULL);
+        uv_close((uv_handle_t *)&w->grace, NULL);
+        uv_close((uv_handle_t *)&w->wakeup, NULL);
+    }
+}
+
+static void grace_cb(uv_timer_t *t)
+{
+    kh_worker *w = t->data;
+    if (w->num_conns)
+        KH_LOG_WARN("grace period over: closing %llu connections", (unsigned long long)w->num_conns);
+    finish_stop(w);
+}
+
+static void wakeup_cb(uv_async_t *a)
+{
+    kh_worker *w = a->data;
+    uv_mutex_lock(&w->mu);
+    int stop = w->stop_requested;
+    uv_mutex_unlock(&w->mu);
+    if (!stop)
+        return;
+    if (!w->stopping) {
+        w->stopping = 1;
+        for (int i = 0; i < w->num_listeners; i++)
+            uv_close((uv_handle_t *)&w->listeners[i], NULL);
+        uv_walk(&w->loop, shutdown_walk_cb, w);
+        uv_timer_start(&w->grace, grace_cb, w->cfg->grace_ms, 0);
+    }
+    if (w->num_conns == 0)
+        finish_stop(w);
+}
+
+static void report_ready(kh_worker *w, int status)
+{
+    uv_mutex_lock(&w->mu);
+    w->ready = status;
+    uv_cond_signal(&w->cv);
+    uv_mutex_unlock(&w->mu);
+}
+
+static void worker_main(void *arg)
+{
+    kh_worker *w = arg;
+    char name[16];
+    snprintf(name, sizeof name, "w%d", w->id);
+    kh_log_set_thread_name(name);
+
+    w->router = kh_router_new();
+    if (w->cfg->app->worker_init(w, w->router, &w->app, w->load_err, sizeof w->load_err) != 0) {
+        w->app = NULL;
+        report_ready(w, -1);
+        finish_stop(w);
+        uv_run(&w->loop, UV_RUN_DEFAULT);
+        return;
+    }
+
+    w->listeners = kh_xcalloc((size_t)w->cfg->num_listens, sizeof(uv_tcp_t));
+    for (int i = 0; i < w->cfg->num_listens; i++) {
+        uv_tcp_t *l = &w->listeners[i];
+        uv_tcp_init(&w->loop, l);
+        l->data = w;
+        int r = uv_tcp_open(l, w->cfg->listens[i].fds[w->id]);
+        if (r == 0)
+            r = uv_listen((uv_stream_t *)l, 4096, on_connection);
+        if (r != 0) {
+            snprintf(w->load_err, sizeof w->load_err, "listen on %s:%d: %s",
+                     w->cfg->listens[i].host, w->cfg->listens[i].port, uv_strerror(r));
+            report_ready(w, -1);
+            uv_close((uv_handle_t *)l, NULL);
+            for (int j = 0; j < w->num_listeners; j++)
+                uv_close((uv_handle_t *)&w->listeners[j], NULL);
+            w->num_listeners = 0;
+            break;
+        }
+        w->num_listeners++;
+    }
+    if (w->num_listeners == w->cfg->num_listens)
+        report_ready(w, 1);
+    else
+        finish_stop(w);
+
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+
+    if (w->app)
+        w->cfg->app->worker_close(w->app);
+    w->app = NULL;
+    /* close whatever the app left (its timers) and drain */
+    uv_walk(&w->loop, close_walk_cb, w);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+int kh_worker_start(kh_worker *w, int id, const kh_config *cfg)
+{
+    w->id = id;
+    w->cfg = cfg;
+    w->limits = &cfg->limits;
+    uv_mutex_init(&w->mu);
+    uv_cond_init(&w->cv);
+    int r = uv_loop_init(&w->loop);
+    if (r)
+        return r;
+    w->loop.data = w;
+    uv_async_init(&w->loop, &w->wakeup, wakeup_cb);
+    w->wakeup.data = w;
+    uv_prepare_init(&w->loop, &w->flush_prepare);
+    w->flush_prepare.data = w;
+    uv_prepare_start(&w->flush_prepare, flush_cb);
+    uv_timer_init(&w->loop, &w->tick);
+    w->tick.data = w;
+    uv_timer_init(&w->loop, &w->grace);
+    w->grace.data = w;
+    uv_unref((uv_handle_t *)&w->grace);
+    const kh_limits *l = &cfg->limits;
+    kh_timeq_init(&w->timeq[KH_TO_HEADER], l->header_timeout_ms, on_timeout_header);
+    kh_timeq_init(&w->timeq[KH_TO_IDLE], l->keepalive_timeout_ms, on_timeout_idle);
+    kh_timeq_init(&w->timeq[KH_TO_BODY], l->body_timeout_ms, on_timeout_body);
+    kh_timeq_init(&w->timeq[KH_TO_WRITE], l->write_timeout_ms, on_timeout_write);
+    kh_timeq_init(&w->timeq[KH_TO_LINGER], l->lingering_close_ms, on_timeout_linger);
+    /* One tick drives every timeout queue; a quarter of the shortest timeout keeps the error
+     * within 25% without waking an idle worker more than a few times a second. */
+    uint64_t shortest = UINT64_MAX;
+    for (int k = 1; k < KH_TO__COUNT; k++)
+        if (w->timeq[k].timeout_ms && w->timeq[k].timeout_ms < shortest)
+            shortest = w->timeq[k].timeout_ms;
+    uint64_t tick = shortest / 4;
+    if (tick < 10)
+        tick = 10;
+    if (tick > 1000)
+        tick = 1000;
+    uv_timer_start(&w->tick, tick_cb, tick, tick);
+    uv_unref((uv_handle_t *)&w->tick);
+    kh_bufcache_init(&w->bufs, 256);
+    w->read_slab = kh_xmalloc(65536);
+    return uv_thread_create(&w->thread, worker_main, w);
+}
+
+int kh_worker_wait_ready(kh_worker *w)
+{
+    uv_mutex_lock(&w->mu);
+    while (w->ready == 0)
+        uv_cond_wait(&w->cv, &w->mu);
+    int r = w->ready;
+    uv_mutex_unlock(&w->mu);
+    return r > 0 ? 0 : -1;
+}
+
+void kh_worker_request_stop(kh_worker *w)
+{
+    uv_mutex_lock(&w->mu);
+    w->stop_requested = 1;
+    uv_mutex_unlock(&w->mu);
+    uv_async_send(&w->wakeup);
+}
+
+static void free_streams(kh_worker *w)
+{
+    while (w->stream_pool) {
+        kh_stream *s = w->stream_pool;
+        w->stream_pool = s->pool_next;
+        free(s);
+    }
+}
+
+void kh_worker_join(kh_worker *w)
+{
+    uv_thread_join(&w->thread);
+    if (w->router)
+        kh_router_free(w->router);
+    int r = uv_loop_close(&w->loop);
+    if (r != 0)
+        KH_LOG_DEBUG("w%d: loop close: %s", w->id, uv_strerror(r));
+    free_streams(w);
+    free(w->listeners);
+    free(w->read_slab);
+    kh_buf_release(&w->access_log, NULL);
+    kh_bufcache_destroy(&w->bufs);
+    uv_mutex_destroy(&w->mu);
+    uv_cond_destroy(&w->cv);
+}

@@ -1,0 +1,337 @@
+/* main.c: the khamsin command: CLI, listening sockets, workers, signals.
+ * Owns:  the only process-wide state (config, workers array), all of it read-only for workers.
+ * In:    argv, signals.
+ * Out:   started workers; exit status 0 after a graceful stop, non-zero when start-up fails. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "kh_app.h"
+#include "kh_limits.h"
+#include "kh_log.h"
+#include "kh_worker.h"
+
+extern const kh_app_vt kh_lua_app; /* lua/kh_lua.h: the one thing main knows of the binding */
+
+#ifndef KH_VERSION
+#define KH_VERSION "0.0.0"
+#endif
+
+static kh_config cfg;
+static kh_worker *workers;
+static int stop_signals;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: khamsin [options] app.lua\n"
+            "\n"
+            "  --listen HOST:PORT     listen address (repeatable; IPv6 as [::1]:8080; port 0 picks a\n"
+            "                         free port, logged as 'listening on HOST:PORT (tcp)').\n"
+            "                         Default 0.0.0.0:8080\n"
+            "  --workers N            worker threads, each with its own loop and Lua state\n"
+            "                         (default: number of cores; --dev: 1)\n"
+            "  --dev                  development mode: Lua tracebacks in 500 pages, one worker\n"
+            "  --grace SECONDS        graceful-stop period for in-flight requests (default 5)\n"
+            "  --access-log PATH|-    access log in combined format ('-' = stdout)\n"
+            "  --log-level LEVEL      error | warn | info | debug (default info)\n"
+            "  --limit NAME=VALUE     set a limit (repeatable); also --NAME-WITH-DASHES VALUE\n"
+            "  --print-limits         print every limit with its value and range, then exit\n"
+            "  --version, --help\n");
+}
+
+/* "127.0.0.1:8080", "[::1]:0", ":8080" (all IPv4 addresses), "8080". */
+static int parse_listen(const char *arg, kh_listen_addr *la)
+{
+    const char *colon;
+    memset(la, 0, sizeof *la);
+    if (arg[0] == '[') {
+        const char *end = strchr(arg, ']');
+        if (!end || end[1] != ':' || (size_t)(end - arg - 1) >= sizeof la->host)
+            return -1;
+        memcpy(la->host, arg + 1, (size_t)(end - arg - 1));
+        la->family = AF_INET6;
+        colon = end + 1;
+    } else {
+        colon = strrchr(arg, ':');
+        if (colon == NULL) {
+            snprintf(la->host, sizeof la->host, "0.0.0.0");
+            colon = arg - 1;
+        } else {
+            size_t n = (size_t)(colon - arg);
+            if (n >= sizeof la->host)
+                return -1;
+            memcpy(la->host, arg, n);
+            if (n == 0)
+                snprintf(la->host, sizeof la->host, "0.0.0.0");
+        }
+        la->family = AF_INET;
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || end == colon + 1 || port < 0 || port > 65535)
+        return -1;
+    la->port = (int)port;
+    return 0;
+}
+
+/* One SO_REUSEPORT socket per worker, all on the same port: the kernel spreads connections and
+ * no accept lock is shared (libuv 1.44 has no UV_TCP_REUSEPORT, so the sockets are ours). */
+static int bind_listen(kh_listen_addr *la, int n)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t sl;
+    la->fds = calloc((size_t)n, sizeof(int));
+    for (int i = 0; i < n; i++)
+        la->fds[i] = -1;
+    for (int i = 0; i < n; i++) {
+        int r;
+        if (la->family == AF_INET6) {
+            r = uv_ip6_addr(la->host, la->port, (struct sockaddr_in6 *)&ss);
+            sl = sizeof(struct sockaddr_in6);
+        } else {
+            r = uv_ip4_addr(la->host, la->port, (struct sockaddr_in *)&ss);
+            sl = sizeof(struct sockaddr_in);
+        }
+        if (r != 0) {
+            fprintf(stderr, "khamsin: --listen %s: not an IP address\n", la->host);
+            return -1;
+        }
+        int fd = socket(la->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int one = 1;
+        if (fd < 0)
+            goto fail;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
+            goto fail;
+        if (la->family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        la->fds[i] = fd;
+        if (bind(fd, (struct sockaddr *)&ss, sl) != 0)
+            goto fail;
+        if (la->port == 0) {
+            struct sockaddr_storage got;
+            socklen_t gl = sizeof got;
+            getsockname(fd, (struct sockaddr *)&got, &gl);
+            la->port = ntohs(la->family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                                    : ((struct sockaddr_in *)&got)->sin_port);
+        }
+        continue;
+    fail:
+        fprintf(stderr, "khamsin: listen on %s:%d: %s\n", la->host, la->port, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+    stop_signals++;
+    if (stop_signals == 1) {
+        KH_LOG_INFO("%s: stopping (grace %llu ms)", signum == SIGINT ? "SIGINT" : "SIGTERM",
+                    (unsigned long long)cfg.grace_ms);
+        for (int i = 0; i < cfg.workers; i++)
+            kh_worker_request_stop(&workers[i]);
+        uv_stop(sig->loop);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    kh_limits_init(&cfg.limits);
+    cfg.workers = 0;
+    cfg.grace_ms = 5000;
+    cfg.access_log_fd = -1;
+    cfg.app = &kh_lua_app;
+    int print_limits = 0;
+    const char *access_log = NULL;
+    kh_listen_addr listens[64];
+    int nlisten = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+#define NEED_VALUE()                                                                               \
+    do {                                                                                           \
+        if (i + 1 >= argc) {                                                                       \
+            fprintf(stderr, "khamsin: %s needs a value\n", a);                                     \
+            return 2;                                                                              \
+        }                                                                                          \
+        v = argv[++i];                                                                             \
+    } while (0)
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("khamsin %s (libuv %s)\n", KH_VERSION, uv_version_string());
+            return 0;
+        } else if (strcmp(a, "--listen") == 0) {
+            NEED_VALUE();
+            if (nlisten == (int)(sizeof listens / sizeof listens[0]) ||
+                parse_listen(v, &listens[nlisten]) != 0) {
+                fprintf(stderr, "khamsin: --listen %s: expected HOST:PORT or [IPV6]:PORT\n", v);
+                return 2;
+            }
+            nlisten++;
+        } else if (strcmp(a, "--workers") == 0) {
+            NEED_VALUE();
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 1024) {
+                fprintf(stderr, "khamsin: --workers %s: expected 1 to 1024\n", v);
+                return 2;
+            }
+            cfg.workers = (int)n;
+        } else if (strcmp(a, "--dev") == 0) {
+            cfg.dev = 1;
+        } else if (strcmp(a, "--grace") == 0) {
+            NEED_VALUE();
+            char *end;
+            double g = strtod(v, &end);
+            if (*end || g < 0 || g > 3600) {
+                fprintf(stderr, "khamsin: --grace %s: expected seconds from 0 to 3600\n", v);
+                return 2;
+            }
+            cfg.grace_ms = (uint64_t)(g * 1000);
+        } else if (strcmp(a, "--access-log") == 0) {
+            NEED_VALUE();
+            access_log = v;
+        } else if (strcmp(a, "--log-level") == 0) {
+            NEED_VALUE();
+            int lv = kh_log_parse_level(v);
+            if (lv < 0) {
+                fprintf(stderr, "khamsin: --log-level %s: expected error, warn, info or debug\n", v);
+                return 2;
+            }
+            kh_log_level = lv;
+        } else if (strcmp(a, "--print-limits") == 0) {
+            print_limits = 1;
+        } else if (strcmp(a, "--limit") == 0) {
+            NEED_VALUE();
+            char name[64], err[256];
+            const char *eq = strchr(v, '=');
+            if (!eq || (size_t)(eq - v) >= sizeof name) {
+                fprintf(stderr, "khamsin: --limit %s: expected NAME=VALUE\n", v);
+                return 2;
+            }
+            memcpy(name, v, (size_t)(eq - v));
+            name[eq - v] = '\0';
+            if (kh_limits_set(&cfg.limits, name, eq + 1, err, sizeof err) != 0) {
+                fprintf(stderr, "khamsin: %s\n", err);
+                return 2;
+            }
+        } else if (strncmp(a, "--", 2) == 0 && kh_limits_is_name(a + 2)) {
+            NEED_VALUE();
+            char err[256];
+            if (kh_limits_set(&cfg.limits, a + 2, v, err, sizeof err) != 0) {
+                fprintf(stderr, "khamsin: %s\n", err);
+                return 2;
+            }
+        } else if (a[0] == '-') {
+            fprintf(stderr, "khamsin: unknown option %s (see --help)\n", a);
+            return 2;
+        } else if (cfg.script == NULL) {
+            cfg.script = a;
+        } else {
+            fprintf(stderr, "khamsin: one script only (got %s and %s)\n", cfg.script, a);
+            return 2;
+        }
+#undef NEED_VALUE
+    }
+    if (print_limits) {
+        kh_limits_print(&cfg.limits, stdout);
+        return 0;
+    }
+    if (cfg.script == NULL) {
+        usage(stderr);
+        return 2;
+    }
+    if (access(cfg.script, R_OK) != 0) {
+        fprintf(stderr, "khamsin: cannot read %s: %s\n", cfg.script, strerror(errno));
+        return 1;
+    }
+    if (cfg.workers == 0)
+        cfg.workers = cfg.dev ? 1 : (int)uv_available_parallelism();
+    if (nlisten == 0)
+        parse_listen("0.0.0.0:8080", &listens[nlisten++]);
+    if (access_log) {
+        if (strcmp(access_log, "-") == 0) {
+            cfg.access_log_fd = 1;
+        } else {
+            cfg.access_log_fd = open(access_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+            if (cfg.access_log_fd < 0) {
+                fprintf(stderr, "khamsin: --access-log %s: %s\n", access_log, strerror(errno));
+                return 1;
+            }
+        }
+    }
+    for (int i = 0; i < nlisten; i++)
+        if (bind_listen(&listens[i], cfg.workers) != 0)
+            return 1;
+    cfg.listens = listens;
+    cfg.num_listens = nlisten;
+
+    workers = calloc((size_t)cfg.workers, sizeof *workers);
+    int failed = 0;
+    int started = 0;
+    for (int i = 0; i < cfg.workers; i++) {
+        if (kh_worker_start(&workers[i], i, &cfg) != 0) {
+            fprintf(stderr, "khamsin: cannot start worker %d\n", i);
+            failed = 1;
+            break;
+        }
+        started++;
+    }
+    for (int i = 0; i < started; i++) {
+        if (kh_worker_wait_ready(&workers[i]) != 0) {
+            if (!failed)
+                fprintf(stderr, "khamsin: %s\n", workers[i].load_err);
+            failed = 1;
+        }
+    }
+    if (failed) {
+        for (int i = 0; i < started; i++)
+            kh_worker_request_stop(&workers[i]);
+        for (int i = 0; i < started; i++)
+            kh_worker_join(&workers[i]);
+        return 1;
+    }
+    for (int i = 0; i < nlisten; i++) {
+        if (listens[i].family == AF_INET6)
+            KH_LOG_INFO("listening on [%s]:%d (tcp)", listens[i].host, listens[i].port);
+        else
+            KH_LOG_INFO("listening on %s:%d (tcp)", listens[i].host, listens[i].port);
+    }
+    KH_LOG_INFO("khamsin %s: %d worker%s serving %s%s", KH_VERSION, cfg.workers,
+                cfg.workers == 1 ? "" : "s", cfg.script, cfg.dev ? " (dev)" : "");
+
+    uv_loop_t *loop = uv_default_loop();
+    uv_signal_t sigterm, sigint;
+    uv_signal_init(loop, &sigterm);
+    uv_signal_init(loop, &sigint);
+    uv_signal_start(&sigterm, on_signal, SIGTERM);
+    uv_signal_start(&sigint, on_signal, SIGINT);
+    uv_run(loop, UV_RUN_DEFAULT);
+
+    for (int i = 0; i < cfg.workers; i++)
+        kh_worker_join(&workers[i]);
+    uv_close((uv_handle_t *)&sigterm, NULL);
+    uv_close((uv_handle_t *)&sigint, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    uv_loop_close(loop);
+    for (int i = 0; i < nlisten; i++)
+        free(listens[i].fds);
+    free(workers);
+    KH_LOG_INFO("stopped");
+    return 0;
+}

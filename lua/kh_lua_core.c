@@ -1,0 +1,293 @@
+/* kh_lua_core.c: the `khamsin.core` C functions the Lua modules are built on.
+ * Owns:  nothing; every function checks its {stream, generation} pair first.
+ * In:    calls from lua/khamsin*.lua on the worker's thread.
+ * Out:   routes into the router; responses through kh_stream; waits that yield KH_YIELD.
+ * Never: knows a wire format or a protocol; keeps a pointer to a Lua string past the call. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kh_err.h"
+#include "kh_log.h"
+#include "kh_lua_internal.h"
+
+#define K_UPVALUE(L) ((kh_lua *)lua_touserdata((L), lua_upvalueindex(1)))
+
+/* The stream named by (lightuserdata, gen) at idx, or NULL when it has ended. */
+static kh_stream *stream_at(lua_State *L, int idx)
+{
+    kh_stream *s = lua_touserdata(L, idx);
+    if (s == NULL)
+        luaL_argerror(L, idx, "not a request");
+    if (s->gen != (uint32_t)lua_tointeger(L, idx + 1))
+        return NULL;
+    return s;
+}
+
+static int l_route(lua_State *L)
+{
+    kh_lua *K = K_UPVALUE(L);
+    size_t mlen, plen;
+    const char *method = luaL_checklstring(L, 1, &mlen);
+    const char *pattern = luaL_checklstring(L, 2, &plen);
+    luaL_checktype(L, 3, LUA_TFUNCTION);
+    lua_pushvalue(L, 3);
+    int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    const char *err = NULL;
+    if (kh_router_add(K->router, method, mlen, pattern, plen, ref, &err) != 0) {
+        luaL_unref(L, LUA_REGISTRYINDEX, ref);
+        lua_pushnil(L);
+        lua_pushfstring(L, "route %s %s: %s", method, pattern, err ? err : "invalid");
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* respond(s, gen, status, body, headers|nil, default_content_type|nil) -> true | nil, "closed" */
+static int l_respond(lua_State *L)
+{
+    kh_stream *s = stream_at(L, 1);
+    int status = (int)luaL_checkinteger(L, 3);
+    size_t blen = 0;
+    const char *body = lua_isnoneornil(L, 4) ? "" : luaL_checklstring(L, 4, &blen);
+    const char *ctype = lua_tostring(L, 6);
+    if (s == NULL || s->proto == NULL) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "closed");
+        return 2;
+    }
+    if (status < 200 || status > 999)
+        return luaL_error(L, "invalid status %d (expected 200 to 999)", status);
+    kh_header stack_hdrs[32];
+    kh_header *h = stack_hdrs;
+    size_t n = 0, cap = 32;
+    int has_ctype = 0;
+    if (lua_istable(L, 5)) {
+        /* Strings found in the tables stay anchored by them; numbers turned into strings and a
+         * grown header array are anchored in this table until the reply is out. */
+        lua_newtable(L);
+        int anchor = lua_gettop(L), nanchor = 0;
+        lua_pushnil(L);
+        while (lua_next(L, 5) != 0) {
+            if (lua_type(L, -2) != LUA_TSTRING) {
+                lua_pop(L, 1);
+                continue;
+            }
+            size_t nl;
+            const char *name = lua_tolstring(L, -2, &nl);
+            int vt = lua_type(L, -1);
+            int count = vt == LUA_TTABLE ? (int)lua_objlen(L, -1) : 1;
+            if (vt == LUA_TBOOLEAN && !lua_toboolean(L, -1))
+                count = 0; /* false removes a header */
+            else if (vt != LUA_TTABLE && vt != LUA_TSTRING && vt != LUA_TNUMBER)
+                return luaL_error(L, "header '%s': values must be strings or numbers", name);
+            for (int i = 1; i <= count; i++) {
+                if (vt == LUA_TTABLE)
+                    lua_rawgeti(L, -1, i);
+                else
+                    lua_pushvalue(L, -1);
+                int et = lua_type(L, -1);
+                if (et != LUA_TSTRING && et != LUA_TNUMBER)
+                    return luaL_error(L, "header '%s': values must be strings or numbers", name);
+                size_t vl;
+                const char *val = lua_tolstring(L, -1, &vl);
+                lua_rawseti(L, anchor, ++nanchor);
+                if (n == cap) {
+                    cap *= 2;
+                    kh_header *bigger = lua_newuserdata(L, cap * sizeof *bigger);
+                    memcpy(bigger, h, n * sizeof *h);
+                    h = bigger;
+                    lua_rawseti(L, anchor, ++nanchor);
+                }
+                h[n].name = (kh_str){name, nl};
+                h[n].value = (kh_str){val, vl};
+                if (kh_str_ieq_lower(h[n].name, "content-type", 12))
+                    has_ctype = 1;
+                n++;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    if (ctype && !has_ctype) {
+        if (n == cap) {
+            kh_header *bigger = lua_newuserdata(L, (cap + 1) * sizeof *bigger);
+            memcpy(bigger, h, n * sizeof *h);
+            h = bigger;
+        }
+        h[n].name = KH_STR_LIT("Content-Type");
+        h[n].value = (kh_str){ctype, strlen(ctype)};
+        n++;
+    }
+    int r = kh_stream_respond(s, status, h, n, body, blen);
+    if (r == KH_EINVAL)
+        return luaL_error(L, "invalid response header name or value (control characters are "
+                             "not allowed)");
+    if (r == KH_EPROTO)
+        return luaL_error(L, "the response was already sent");
+    if (r != 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "closed");
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* body(s, gen) -> string | nil, "too large" | nil, "closed"; yields while the body comes in */
+static int l_body(lua_State *L)
+{
+    kh_stream *s = stream_at(L, 1);
+    if (s == NULL) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "closed");
+        return 2;
+    }
+    switch (s->body_state) {
+    case KH_BODY_COMPLETE:
+        lua_pushlstring(L, s->body.base ? s->body.base : "", s->body.len);
+        return 1;
+    case KH_BODY_TOO_LARGE:
+        lua_pushnil(L);
+        lua_pushliteral(L, "too large");
+        return 2;
+    case KH_BODY_READING:
+        if (s->proto == NULL)
+            break;
+        if (s->app_wait != KH_WAIT_NONE)
+            return luaL_error(L, "this request is already waiting");
+        s->app_wait = KH_WAIT_BODY;
+        kh_stream_want_body(s);
+        lua_pushlightuserdata(L, KH_YIELD);
+        return lua_yield(L, 1);
+    default:
+        break;
+    }
+    lua_pushnil(L);
+    lua_pushliteral(L, "closed");
+    return 2;
+}
+
+/* head(s, gen) -> method, path, query|nil, target, authority, "1.1", remote_addr */
+static int l_head(lua_State *L)
+{
+    kh_stream *s = stream_at(L, 1);
+    if (s == NULL)
+        return 0;
+    lua_pushlstring(L, s->method.ptr, s->method.len);
+    lua_pushlstring(L, s->path.ptr, s->path.len);
+    if (s->query.ptr)
+        lua_pushlstring(L, s->query.ptr, s->query.len);
+    else
+        lua_pushnil(L);
+    lua_pushlstring(L, s->target.ptr, s->target.len);
+    lua_pushlstring(L, s->authority.ptr ? s->authority.ptr : "", s->authority.len);
+    lua_pushfstring(L, "%d.%d", s->version_major, s->version_minor);
+    char addr[64];
+    size_t n = kh_addr_format(&s->peer, addr, sizeof addr);
+    lua_pushlstring(L, addr, n);
+    return 7;
+}
+
+/* headers(s, gen) -> { name = value } with lower-case names; repeats joined with ", " */
+static int l_headers(lua_State *L)
+{
+    kh_stream *s = stream_at(L, 1);
+    lua_createtable(L, 0, s ? (int)s->num_headers : 0);
+    if (s == NULL)
+        return 1;
+    for (uint32_t i = 0; i < s->num_headers; i++) {
+        kh_header *h = &s->headers[i];
+        lua_pushlstring(L, h->name.ptr, h->name.len);
+        lua_pushvalue(L, -1);
+        lua_rawget(L, -3);
+        if (lua_isnil(L, -1)) {
+            lua_pop(L, 1);
+            lua_pushlstring(L, h->value.ptr, h->value.len);
+        } else {
+            /* RFC 9110 §5.3: a repeated field is the comma-joined list */
+            lua_pushliteral(L, ", ");
+            lua_pushlstring(L, h->value.ptr, h->value.len);
+            lua_concat(L, 3);
+        }
+        lua_rawset(L, -3);
+    }
+    return 1;
+}
+
+/* params(s, gen) -> { name = raw value } */
+static int l_params(lua_State *L)
+{
+    kh_stream *s = stream_at(L, 1);
+    lua_createtable(L, 0, s ? (int)s->num_params : 0);
+    if (s == NULL)
+        return 1;
+    for (uint32_t i = 0; i < s->num_params; i++) {
+        lua_pushlstring(L, s->params[i].name.ptr, s->params[i].name.len);
+        lua_pushlstring(L, s->params[i].value.ptr, s->params[i].value.len);
+        lua_rawset(L, -3);
+    }
+    return 1;
+}
+
+static int l_log(lua_State *L)
+{
+    int level = (int)luaL_checkinteger(L, 1);
+    const char *msg = luaL_checkstring(L, 2);
+    if (level < KH_LOG_ERROR)
+        level = KH_LOG_ERROR;
+    if (level > KH_LOG_DEBUG)
+        level = KH_LOG_DEBUG;
+    KH_LOG(level, "%s", msg);
+    return 0;
+}
+
+static int l_worker_id(lua_State *L)
+{
+    lua_pushinteger(L, K_UPVALUE(L)->w->id);
+    return 1;
+}
+
+static int l_workers(lua_State *L)
+{
+    lua_pushinteger(L, K_UPVALUE(L)->w->cfg->workers);
+    return 1;
+}
+
+static int l_now(lua_State *L)
+{
+    kh_lua *K = K_UPVALUE(L);
+    lua_pushnumber(L, (double)uv_now(&K->w->loop) / 1000.0);
+    return 1;
+}
+
+static int open_core(lua_State *L)
+{
+    static const luaL_Reg fns[] = {
+        {"route", l_route},     {"respond", l_respond},     {"body", l_body},
+        {"head", l_head},       {"headers", l_headers},     {"params", l_params},
+        {"log", l_log},         {"worker_id", l_worker_id}, {"workers", l_workers},
+        {"now", l_now},         {NULL, NULL},
+    };
+    lua_newtable(L);
+    for (const luaL_Reg *f = fns; f->name; f++) {
+        lua_pushvalue(L, lua_upvalueindex(1));
+        lua_pushcclosure(L, f->func, 1);
+        lua_setfield(L, -2, f->name);
+    }
+    kh_lua *K = K_UPVALUE(L);
+    lua_pushboolean(L, K->dev);
+    lua_setfield(L, -2, "dev");
+    lua_pushlightuserdata(L, KH_YIELD);
+    lua_setfield(L, -2, "YIELD");
+    return 1;
+}
+
+void kh__lua_open_core(lua_State *L, kh_lua *K)
+{
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "preload");
+    lua_pushlightuserdata(L, K);
+    lua_pushcclosure(L, open_core, 1);
+    lua_setfield(L, -2, "khamsin.core");
+    lua_pop(L, 2);
+}

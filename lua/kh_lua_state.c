@@ -1,0 +1,121 @@
+/* kh_lua_state.c: a worker's lua_State: libraries, module path, the app script.
+ * Owns:  the lua_State (created and closed on the worker's thread).
+ * In:    worker_init / worker_close from core (kh_app_vt).
+ * Out:   routes in the worker's router (through khamsin.core.route); load errors as file:line. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kh_log.h"
+#include "kh_lua.h"
+#include "kh_lua_internal.h"
+
+static const char *lua_dir(void)
+{
+    const char *env = getenv("KHAMSIN_LUA_PATH");
+    if (env && *env)
+        return env;
+#ifdef KH_LUA_SRC_DIR
+    /* a build tree finds its sources; an installed binary its installed modules */
+    struct stat st;
+    if (stat(KH_LUA_SRC_DIR "/khamsin.lua", &st) == 0)
+        return KH_LUA_SRC_DIR;
+#endif
+#ifdef KH_LUA_INSTALL_DIR
+    return KH_LUA_INSTALL_DIR;
+#else
+    return ".";
+#endif
+}
+
+static void set_path(lua_State *L, const char *script)
+{
+    char appdir[1024];
+    const char *slash = strrchr(script, '/');
+    if (slash)
+        snprintf(appdir, sizeof appdir, "%.*s", (int)(slash - script), script);
+    else
+        snprintf(appdir, sizeof appdir, ".");
+    const char *dir = lua_dir();
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?/init.lua;%s", appdir, appdir, dir,
+                    dir, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 2);
+}
+
+static int traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+    return 1;
+}
+
+static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, size_t errlen)
+{
+    kh_lua *K = kh_xcalloc(1, sizeof *K);
+    K->w = w;
+    K->router = router;
+    K->dev = w->cfg->dev;
+    K->run_ref = LUA_NOREF;
+    lua_State *L = luaL_newstate();
+    if (L == NULL) {
+        snprintf(err, errlen, "cannot create a Lua state");
+        free(K);
+        return -1;
+    }
+    K->L = L;
+    luaL_openlibs(L);
+    set_path(L, w->cfg->script);
+    kh__lua_open_core(L, K);
+
+    lua_pushcfunction(L, traceback);
+    int tb = lua_gettop(L);
+    /* luaL_loadfile names the chunk "@path", so syntax errors read "path:line: message" */
+    if (luaL_loadfile(L, w->cfg->script) != 0 || lua_pcall(L, 0, 0, tb) != 0) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        lua_close(L);
+        free(K);
+        return -1;
+    }
+    lua_settop(L, 0);
+    /* the runner is resolved once: dispatch pushes it by ref */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "khamsin");
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        snprintf(err, errlen, "loading khamsin: %s", lua_tostring(L, -1));
+        lua_close(L);
+        free(K);
+        return -1;
+    }
+    lua_getfield(L, -1, "_run");
+    if (!lua_isfunction(L, -1)) {
+        snprintf(err, errlen, "khamsin._run is missing");
+        lua_close(L);
+        free(K);
+        return -1;
+    }
+    K->run_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_settop(L, 0);
+    *app = K;
+    return 0;
+}
+
+static void worker_close(void *app)
+{
+    kh_lua *K = app;
+    if (K == NULL)
+        return;
+    kh__lua_close_cos(K);
+    lua_close(K->L);
+    free(K);
+}
+
+const kh_app_vt kh_lua_app = {
+    .worker_init = worker_init,
+    .worker_close = worker_close,
+    .dispatch = kh__lua_dispatch,
+    .on_body = kh__lua_on_body,
+    .on_abort = kh__lua_on_abort,
+};

@@ -1,0 +1,130 @@
+-- khamsin.request: the `req` object. Fields are fetched from the engine on first use and cached
+-- in the table, so a handler that never looks at headers never builds a header table.
+local core = require "khamsin.core"
+local cjson = require "cjson.safe"
+
+local rawget, rawset, setmetatable, type = rawget, rawset, setmetatable, type
+local tonumber, char, gsub, lower = tonumber, string.char, string.gsub, string.lower
+local core_head, core_headers, core_params, core_body = core.head, core.headers, core.params, core.body
+
+local M = {}
+
+local function unescape(s)
+    s = gsub(s, "+", " ")
+    return (gsub(s, "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
+end
+M.unescape = unescape
+
+-- "a=1&b=x%20y&b=2" -> { a = "1", b = { "x y", "2" } }; a key without '=' is true.
+local function parse_args(q)
+    local args = {}
+    if not q then return args end
+    for pair in q:gmatch("[^&]+") do
+        local key, val = pair:match("^([^=]*)=(.*)$")
+        if key then
+            key, val = unescape(key), unescape(val)
+        else
+            key, val = unescape(pair), true
+        end
+        local prev = args[key]
+        if prev == nil then
+            args[key] = val
+        elseif type(prev) == "table" then
+            prev[#prev + 1] = val
+        else
+            args[key] = { prev, val }
+        end
+    end
+    return args
+end
+M.parse_args = parse_args
+
+-- Header names are stored lower-case; a lookup in any case finds them (RFC 9110 §5.1).
+local headers_mt = {
+    __index = function(t, key)
+        if type(key) == "string" then
+            local l = lower(key)
+            if l ~= key then return rawget(t, l) end
+        end
+    end,
+}
+
+local fields = {}
+
+local function load_head(req)
+    local method, path, query, target, authority, version, remote =
+        core_head(rawget(req, "_s"), rawget(req, "_g"))
+    rawset(req, "method", method)
+    rawset(req, "path", path)
+    rawset(req, "query", query or false)
+    rawset(req, "target", target)
+    rawset(req, "authority", authority)
+    rawset(req, "version", version)
+    rawset(req, "remote_addr", remote)
+end
+
+for _, f in ipairs { "method", "path", "query", "target", "authority", "version", "remote_addr" } do
+    fields[f] = function(req)
+        load_head(req)
+        local v = rawget(req, f)
+        if v == false then return nil end
+        return v
+    end
+end
+
+function fields.headers(req)
+    local h = setmetatable(core_headers(rawget(req, "_s"), rawget(req, "_g")), headers_mt)
+    rawset(req, "headers", h)
+    return h
+end
+
+function fields.params(req)
+    local p = core_params(rawget(req, "_s"), rawget(req, "_g"))
+    for k, v in pairs(p) do p[k] = unescape(v) end
+    rawset(req, "params", p)
+    return p
+end
+
+function fields.args(req)
+    local a = parse_args(req.query)
+    rawset(req, "args", a)
+    return a
+end
+
+local Req = {}
+
+-- Returns the whole body (waiting for it), or nil and "too large" | "closed".
+function Req:body()
+    local cached = rawget(self, "_body")
+    if cached then return cached end
+    local body, err = core_body(rawget(self, "_s"), rawget(self, "_g"))
+    if body then rawset(self, "_body", body) end
+    return body, err
+end
+
+-- The body decoded as JSON; a body that is not JSON answers 400 unless the handler catches it.
+function Req:json()
+    local body, err = self:body()
+    if not body then return nil, err end
+    local v, derr = cjson.decode(body)
+    if v == nil and derr then
+        require("khamsin").fail(400, "invalid JSON: " .. derr)
+    end
+    return v
+end
+
+local req_mt = {
+    __index = function(req, key)
+        local m = Req[key]
+        if m then return m end
+        local f = fields[key]
+        if f then return f(req) end
+        return nil
+    end,
+}
+
+function M.new(s, gen)
+    return setmetatable({ _s = s, _g = gen }, req_mt)
+end
+
+return M

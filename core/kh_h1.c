@@ -283,6 +283,9 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
             return n;
         }
     }
+    /* the body has not (fully) arrived: the handler runs now and waits for it if it asks */
+    if (h->phase == PH_BODY && h->s && !HS(h->s)->dispatched && !(c->flags & KH_CONN_F_CLOSING))
+        dispatch(c, h->s);
     if (h->phase == PH_WAIT)
         kh_conn_pause(c);
     return off;

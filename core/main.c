@@ -275,9 +275,13 @@ int main(int argc, char **argv)
             }
         }
     }
-    for (int i = 0; i < nlisten; i++)
-        if (bind_listen(&listens[i], cfg.workers) != 0)
+    for (int i = 0; i < nlisten; i++) {
+        if (bind_listen(&listens[i], cfg.workers) != 0) {
+            for (int j = 0; j <= i; j++)
+                free(listens[j].fds);
             return 1;
+        }
+    }
     cfg.listens = listens;
     cfg.num_listens = nlisten;
 
@@ -304,6 +308,13 @@ int main(int argc, char **argv)
             kh_worker_request_stop(&workers[i]);
         for (int i = 0; i < started; i++)
             kh_worker_join(&workers[i]);
+        free(workers);
+        for (int i = 0; i < nlisten; i++) {
+            for (int j = 0; j < cfg.workers; j++)
+                if (listens[i].fds[j] >= 0)
+                    close(listens[i].fds[j]);
+            free(listens[i].fds);
+        }
         return 1;
     }
     for (int i = 0; i < nlisten; i++) {

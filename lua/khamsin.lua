@@ -4,6 +4,7 @@
 local core = require "khamsin.core"
 local request = require "khamsin.request"
 local response = require "khamsin.response"
+local errors = require "khamsin.errors"
 
 local type, error, tostring, select = type, error, tostring, select
 local xpcall, traceback = xpcall, debug.traceback
@@ -11,18 +12,13 @@ local concat = table.concat
 
 local k = {}
 
--- An error raised with k.fail(status, message) (or by req:json()) is a client-visible answer,
--- not a bug: it is not logged as [error].
-local http_error_mt = { __tostring = function(e) return e.status .. " " .. tostring(e.message) end }
-
+-- k.fail(status, message) answers with that status (not logged as a bug).
 function k.fail(status, message)
-    error(setmetatable({ status = status, message = message }, http_error_mt), 2)
+    error(errors.http(status, message), 2)
 end
 
-local function is_http_error(e)
-    return type(e) == "table" and getmetatable(e) == http_error_mt
-end
-k._is_http_error = is_http_error
+-- A wait raises k.is_aborted(e) errors once the request is over; pcall cleanups may check it.
+k.is_aborted = errors.is_aborted
 
 local function add(method, path, fn, level)
     if type(path) ~= "string" then error("route path must be a string", level) end
@@ -62,8 +58,10 @@ k.log = {
 }
 
 -- The request runner: dispatch resumes a coroutine on run(handler, stream, gen).
+local is_http, is_aborted = errors.is_http, errors.is_aborted
+
 local function on_error(e)
-    if is_http_error(e) then return e end
+    if is_http(e) or is_aborted(e) then return e end
     local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value: "
         .. tostring(e) .. ")")
     return { traceback = traceback(msg, 2) }

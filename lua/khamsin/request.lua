@@ -2,6 +2,7 @@
 -- in the table, so a handler that never looks at headers never builds a header table.
 local core = require "khamsin.core"
 local cjson = require "cjson.safe"
+local errors = require "khamsin.errors"
 
 local rawget, rawset, setmetatable, type = rawget, rawset, setmetatable, type
 local tonumber, char, gsub, lower = tonumber, string.char, string.gsub, string.lower
@@ -93,23 +94,21 @@ end
 
 local Req = {}
 
--- Returns the whole body (waiting for it), or nil and "too large" | "closed".
+-- Returns the whole body, waiting for it. When the request is over before the body is in (the
+-- client left; past body_bytes the engine already answered 413) it raises an abort error.
 function Req:body()
     local cached = rawget(self, "_body")
     if cached then return cached end
     local body, err = core_body(rawget(self, "_s"), rawget(self, "_g"))
-    if body then rawset(self, "_body", body) end
-    return body, err
+    if not body then error(errors.aborted(err), 0) end
+    rawset(self, "_body", body)
+    return body
 end
 
 -- The body decoded as JSON; a body that is not JSON answers 400 unless the handler catches it.
 function Req:json()
-    local body, err = self:body()
-    if not body then return nil, err end
-    local v, derr = cjson.decode(body)
-    if v == nil and derr then
-        require("khamsin").fail(400, "invalid JSON: " .. derr)
-    end
+    local v, derr = cjson.decode(self:body())
+    if v == nil and derr then error(errors.http(400, "invalid JSON: " .. derr), 0) end
     return v
 end
 

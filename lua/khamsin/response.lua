@@ -1,6 +1,7 @@
 -- khamsin.response: the `res` object and the turning of a handler's return values into a reply.
 local core = require "khamsin.core"
 local cjson = require "cjson"
+local errors = require "khamsin.errors"
 
 local type, tostring, rawget, setmetatable, pairs = type, tostring, rawget, setmetatable, pairs
 local lower = string.lower
@@ -54,6 +55,9 @@ function M.finish(res, a, b, c)
     if status ~= status or status < 200 or status > 999 or status % 1 ~= 0 then
         error("invalid status " .. tostring(status), 0)
     end
+    if headers ~= nil and type(headers) ~= "table" then
+        error("response headers must be a table, got a " .. type(headers), 0)
+    end
     headers = merge(rawget(res, "headers"), headers)
     local ctype
     local t = type(body)
@@ -73,7 +77,8 @@ end
 
 -- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500).
 function M.fail(req, res, e)
-    if type(e) == "table" and e.status and not e.traceback then
+    if errors.is_aborted(e) then return end -- the engine answered, or nobody is listening
+    if errors.is_http(e) then
         local msg = tostring(e.message or "")
         respond(res._s, res._g, e.status, msg .. "\n", nil, TEXT)
         return

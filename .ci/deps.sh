@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages khamsin needs (as root), or prints the one apt-get line.
+# usage: .ci/deps.sh run|test|bench
+set -euo pipefail
+what=${1:-run}
+pkgs=(cmake make gcc pkg-config libluajit2-5.1-dev libuv1-dev lua-cjson curl)
+if [ "$what" = test ] || [ "$what" = bench ]; then
+  pkgs+=(luajit2 lua-busted lua-socket clang libclang-rt-14-dev python3)
+fi
+if [ "$what" = bench ]; then
+  pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "khamsin needs these Debian packages; as root run:" >&2
+  echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs every test and ends with one line "N passed, N failed" (ctest cases + busted specs +
+# fuzz smoke runs). usage: .ci/test.sh ASAN_BUILD_DIR FUZZ_BUILD_DIR
+set -uo pipefail
+asan=${1:-build-asan}
+fuzz=${2:-build-fuzz}
+cd "$(dirname "$0")/.."
+passed=0
+failed=0
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/.ci/lsan.supp:print_suppressions=0}
+
+echo "== ctest (unit tests, layering, fuzz replays) under ASan+UBSan"
+ctest_out=$(cd "$asan" && ctest --output-on-failure 2>&1)
+echo "$ctest_out"
+line=$(echo "$ctest_out" | grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' | tail -1)
+if [ -n "$line" ]; then
+  total=$(echo "$line" | sed -E 's/.* out of ([0-9]+).*/\1/')
+  bad=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed.*/\1/')
+  passed=$((passed + total - bad))
+  failed=$((failed + bad))
+else
+  echo "ctest did not run"
+  failed=$((failed + 1))
+fi
+
+echo "== busted specs against $asan/khamsin"
+spec_out=$(KHAMSIN_BIN=$PWD/$asan/khamsin busted 2>&1)
+spec_rc=$?
+echo "$spec_out"
+line=$(echo "$spec_out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
+if [ -n "$line" ]; then
+  passed=$((passed + $(echo "$line" | awk '{print $1}')))
+  failed=$((failed + $(echo "$line" | awk '{print $3}')))
+  if [ $spec_rc -ne 0 ] && [ "$(echo "$line" | awk '{print $3}')" = 0 ]; then
+    failed=$((failed + 1)) # errors outside a test (a broken spec file) still fail the run
+  fi
+else
+  echo "busted printed no summary"
+  failed=$((failed + 1))
+fi
+
+echo "== libFuzzer smoke runs (clang)"
+if CC=clang cmake -S . -B "$fuzz" -DKH_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+   cmake --build "$fuzz" -j"$(nproc)" >/dev/null; then
+  for bin in "$fuzz"/kh_fuzz_*; do
+    [ -x "$bin" ] || continue
+    t=${bin##*/kh_fuzz_}
+    work=$(mktemp -d)
+    if "$bin" -max_total_time=${FUZZ_SECONDS:-15} -dict=core/fuzz/http.dict "$work" \
+         "core/fuzz/corpus/$t" >"$work.log" 2>&1; then
+      echo "fuzz $t: ok ($(grep -Eo 'stat::number_of_executed_units: [0-9]+' "$work.log" | awk '{print $2}') runs)"
+      passed=$((passed + 1))
+    else
+      echo "fuzz $t: FAILED"; tail -40 "$work.log"
+      failed=$((failed + 1))
+    fi
+    rm -rf "$work" "$work.log"
+  done
+else
+  echo "fuzz build failed"
+  failed=$((failed + 1))
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -165,6 +165,14 @@ void kh_conn_out_commit(kh_conn *c, size_t n)
     kh_worker_schedule_flush(c->w, c);
 }
 
+size_t kh_conn_out_pending(const kh_conn *c)
+{
+    size_t n = c->out.len;
+    if (c->writing)
+        n += c->writing->buf.len - c->writing->off;
+    return n;
+}
+
 void kh_conn_write(kh_conn *c, const void *p, size_t n)
 {
     kh_buf_append(&c->out, &c->w->bufs, p, n);
@@ -336,9 +344,17 @@ void kh__conn_flush(kh_conn *c)
         if (!(c->flags & KH_CONN_F_PAUSED) && !(c->flags & KH_CONN_F_CLOSE_AFTER_WRITE))
             start_reading(c);
     }
+    int more = 0;
+    if (c->proto && c->proto->on_flush) {
+        more = c->proto->on_flush(c);
+        if (c->flags & KH_CONN_F_CLOSING)
+            return;
+    }
     write_out(c);
     if (c->flags & KH_CONN_F_CLOSING)
         return;
+    if (more && !c->writing)
+        kh_worker_schedule_flush(c->w, c);
     if ((c->flags & KH_CONN_F_CLOSE_AFTER_WRITE) && !c->writing && c->out.len == 0 &&
         !(c->flags & KH_CONN_F_LINGERING)) {
         c->flags &= ~KH_CONN_F_CLOSE_AFTER_WRITE;

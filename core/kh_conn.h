@@ -29,6 +29,11 @@ typedef struct kh_proto_vt {
     void (*on_shutdown)(kh_conn *c);
     /* The connection is closing: reset every stream, free protocol state. */
     void (*on_close)(kh_conn *c);
+    /* Optional: the flush pass is about to write; a protocol that encodes lazily (h2: nghttp2's
+     * mem_send) moves its pending frames into c->out here, as much as it wants queued. Returns
+     * nonzero when it stopped at its high-water mark with more to send: if the socket then takes
+     * everything at once, the flush runs again (no write_cb will come to ask). */
+    int (*on_flush)(kh_conn *c);
 } kh_proto_vt;
 
 enum {
@@ -67,6 +72,9 @@ void kh_conn_write(kh_conn *c, const void *p, size_t n);
 /* Reserve/commit for encoders that write in place. */
 char *kh_conn_out_reserve(kh_conn *c, size_t n);
 void kh_conn_out_commit(kh_conn *c, size_t n);
+
+/* Bytes accepted for output and not yet written to the socket (out plus the in-flight write). */
+size_t kh_conn_out_pending(const kh_conn *c);
 
 /* Input flow: pause stops reading (bytes already received stay in `in`); resume offers `in` to
  * the protocol again at the next flush and restarts reading. */

@@ -13,6 +13,7 @@
 
 #include "kh_err.h"
 #include "kh_h1_parse.h"
+#include "kh_h2.h"
 #include "kh_log.h"
 
 enum h1_phase {
@@ -25,6 +26,7 @@ enum h1_phase {
 
 enum {
     H1_SHUTDOWN = 1u << 0, /* graceful stop: close after the current response */
+    H1_SEEN = 1u << 1,     /* a request was read: the h2 preface can no longer come */
 };
 
 typedef struct h1_conn {
@@ -165,19 +167,72 @@ static ssize_t read_body(kh_conn *c, kh_stream *s, char *p, size_t n, int delive
     return (ssize_t)used;
 }
 
+/* 1 if token (lower case) is in the comma-separated list v (case-insensitive). */
+static int has_token(kh_str v, const char *token, size_t tlen)
+{
+    size_t i = 0;
+    while (i < v.len) {
+        while (i < v.len && (v.ptr[i] == ' ' || v.ptr[i] == '\t' || v.ptr[i] == ','))
+            i++;
+        size_t j = i;
+        while (j < v.len && v.ptr[j] != ',' && v.ptr[j] != ' ' && v.ptr[j] != '\t')
+            j++;
+        if (kh_str_ieq_lower((kh_str){v.ptr + i, j - i}, token, tlen))
+            return 1;
+        i = j;
+    }
+    return 0;
+}
+
+/* An Upgrade to h2c we take (RFC 7540 §3.2): cleartext HTTP/1.1, exactly one HTTP2-Settings,
+ * and no request body (a body would have to be read as HTTP/1.1 first; we keep HTTP/1.1 for
+ * those, which the client must accept). Returns the HTTP2-Settings field, or NULL. */
+static const kh_h1_field *h2c_upgrade(kh_conn *c, const kh_h1_head *head, const kh_h1_field *f)
+{
+    if (!(head->flags & KH_H1_F_HAS_UPGRADE) || !(head->flags & KH_H1_F_CONN_UPGRADE) ||
+        head->minor_version < 1 || !has_token(head->upgrade, "h2c", 3) || c->w->stopping ||
+        (H(c)->flags & H1_SHUTDOWN) || head->body_kind == KH_H1_BODY_CHUNKED ||
+        (head->body_kind == KH_H1_BODY_LENGTH && head->content_length != 0))
+        return NULL;
+    const kh_h1_field *settings = NULL;
+    for (size_t i = 0; i < head->num_fields; i++) {
+        if (kh_str_ieq_lower(f[i].name, "http2-settings", 14)) {
+            if (settings)
+                return NULL;
+            settings = &f[i];
+        }
+    }
+    return settings;
+}
+
+/* Connection-specific fields of an upgrade request do not belong to the h2 request. */
+static int upgrade_field(kh_str nm)
+{
+    return kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "upgrade", 7) ||
+           kh_str_ieq_lower(nm, "http2-settings", 14);
+}
+
 static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
 {
     h1_conn *h = H(c);
+    h->flags |= H1_SEEN;
+    const kh_h1_field *h2c = h2c_upgrade(c, head, fields);
     kh_stream *s = kh_stream_open(c->w, &h1_sink, c);
     kh_header hdrs[head->num_fields ? head->num_fields : 1];
+    size_t nh = 0;
     for (size_t i = 0; i < head->num_fields; i++) {
-        hdrs[i].name = fields[i].name;
-        hdrs[i].value = fields[i].value;
+        if (h2c && upgrade_field(fields[i].name))
+            continue;
+        hdrs[nh].name = fields[i].name;
+        hdrs[nh].value = fields[i].value;
+        nh++;
     }
     kh_str authority = head->authority.len ? head->authority : head->host;
     kh_stream_set_head(s, head->method, head->target, head->path, head->query, authority, 1,
-                       head->minor_version, hdrs, head->num_fields);
+                       head->minor_version, hdrs, nh);
     s->peer = c->peer;
+    if (h2c && kh_h2_upgrade(c, s, h2c->value) == 0)
+        return 1; /* c speaks h2 now; the stream is stream 1 there */
     h1_stream *hs = HS(s);
     memset(hs, 0, sizeof *hs);
     /* RFC 9112 §9.3: 1.1 persists unless "close"; 1.0 only with "keep-alive". */
@@ -224,6 +279,17 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
     while (off < n && !(c->flags & KH_CONN_F_CLOSING)) {
         switch (h->phase) {
         case PH_HEAD: {
+            if (!(h->flags & H1_SEEN) && off == 0) {
+                /* RFC 9113 §3.3: HTTP/2 with prior knowledge starts with the preface, which
+                 * the HTTP/1.1 parser would refuse: hand the connection over untouched */
+                size_t k = KH_MIN(n, (size_t)KH_H2_PREFACE_LEN);
+                if (memcmp(p, KH_H2_PREFACE, k) == 0) {
+                    if (k < KH_H2_PREFACE_LEN)
+                        return 0; /* wait for the rest of the preface */
+                    kh_h2_start(c);
+                    return c->proto->on_read(c, p, n);
+                }
+            }
             kh_h1_field fields[l->header_fields];
             kh_h1_head head;
             memset(&head, 0, sizeof head);
@@ -244,6 +310,11 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
             h->prev_len = 0;
             int rc = start_request(c, &head, fields);
             off += (size_t)r;
+            if (rc == 1) {
+                /* upgraded to h2c: what follows (the client preface) is h2's to read */
+                kh_conn_resume(c);
+                return off;
+            }
             if (rc != 0)
                 return n; /* 413 is out and the connection closes */
             if (h->phase == PH_WAIT)

@@ -21,7 +21,14 @@
     X(write_timeout_ms, 30000, 50, 3600000, "max time a response write may stall")                 \
     X(connections, 100000, 1, 10000000, "open connections per worker")                             \
     X(lua_coroutine_cache, 1024, 0, 1000000, "finished coroutines kept for reuse per worker")     \
-    X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing")
+    X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing") \
+    X(h2_max_concurrent_streams, 100, 1, 100000, "HTTP/2 streams a peer may open at once (SETTINGS)") \
+    X(h2_stream_window, 262144, 65535, 2147483647, "HTTP/2 receive window per stream (bytes)")    \
+    X(h2_conn_window, 1048576, 65535, 2147483647, "HTTP/2 receive window per connection (bytes)") \
+    X(h2_out_high_water, 131072, 16384, 67108864, "HTTP/2 bytes queued for the socket before output and input pause") \
+    X(h2_max_continuations, 8, 0, 1024, "HTTP/2 CONTINUATION frames after one HEADERS frame")   \
+    X(h2_flood_frames, 1000, 10, 1000000, "HTTP/2 PING/SETTINGS/PRIORITY/empty DATA frames per second (then GOAWAY)") \
+    X(h2_peer_resets, 200, 1, 1000000, "HTTP/2 RST_STREAM frames a peer may send per second (then GOAWAY)")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -1,0 +1,955 @@
+/* kh_h2.c: HTTP/2 protocol module (RFC 9113) on a kh_conn, over nghttp2's server session.
+ * Owns:  the per-connection h2 state (malloc'd, its pointer in c->proto_inline): the nghttp2
+ *        session, the list of open streams, the dispatch queue, flood counters; per stream (in
+ *        the stream's proto_area) the header fields while they arrive, then the response bytes
+ *        nghttp2 has not taken yet.
+ * In:    plaintext from kh_conn (on_read -> nghttp2_session_mem_recv); the flush pass (on_flush ->
+ *        nghttp2_session_mem_send into c->out, bounded); sink calls from kh_stream.
+ * Out:   kh_stream_on_* events; frames into the conn's out buffer.
+ * Never: touches the socket, the loop (except uv_now) or Lua.
+ *
+ * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
+ * queued and dispatched after mem_recv returns, so the DATA frames that came in the same read
+ * are already buffered (most handlers find their body complete) and a HEADERS + RST_STREAM pair
+ * in one read (rapid reset) never reaches the app. */
+#include "kh_h2.h"
+
+#include <nghttp2/nghttp2.h>
+#include <stdio.h>
+
+#include "kh_err.h"
+#include "kh_log.h"
+
+enum {
+    H2_SHUTDOWN = 1u << 0,  /* GOAWAY sent for a graceful stop */
+    H2_FAILED = 1u << 1,    /* the session is being torn down: input is dropped */
+    H2_DEAD = 1u << 2,      /* on_close ran while nghttp2 was on the stack: free on the way out */
+    H2_IN_PAUSED = 1u << 3, /* we paused input because the out queue is above the high-water mark */
+    H2_CLOSING = 1u << 4,   /* close_after_write was asked */
+    H2_PROGRESS = 1u << 5,  /* DATA moved since the timer was last set */
+};
+
+typedef struct h2_conn {
+    nghttp2_session *ng;
+    kh_conn *c;
+    kh_stream *streams;      /* every open stream (doubly linked through h2_stream) */
+    kh_stream *pend_head;    /* heads complete, not dispatched yet (FIFO; each holds a ref) */
+    kh_stream *pend_tail;
+    uint32_t nstreams;
+    uint32_t flags;
+    int depth;               /* nesting of our calls into nghttp2 */
+    uint32_t fail_code;      /* GOAWAY code chosen by a callback */
+    uint64_t win_start;      /* start of the current one-second flood window (loop ms) */
+    uint32_t nflood, nreset; /* frames counted in that window */
+} h2_conn;
+
+enum {
+    HS_HEAD_DONE = 1u << 0,  /* END_HEADERS seen */
+    HS_TOO_LARGE = 1u << 1,  /* header list over header_bytes / header_fields: 431 */
+    HS_URI_LONG = 1u << 2,   /* :path over target_bytes: 414 */
+    HS_PENDING = 1u << 3,    /* on the dispatch queue */
+    HS_SUBMITTED = 1u << 4,  /* nghttp2_submit_response done */
+    HS_NO_DATA = 1u << 5,    /* the response has no content (HEAD, 204, 304, length 0) */
+    HS_DEFERRED = 1u << 6,   /* the data provider said DEFERRED: resume on the next bytes */
+    HS_FIN = 1u << 7,        /* the response body is complete in buf */
+};
+
+typedef struct h2_stream {
+    kh_stream *next, *prev;
+    kh_stream *pend_next;
+    int32_t id;
+    uint16_t flags;
+    uint16_t nfields;
+    uint32_t hbytes; /* header list size as RFC 9113 §6.5.2 counts it (name + value + 32) */
+    uint32_t _pad;
+    uint64_t rx;     /* request body bytes received (kept or dropped) */
+    kh_buf buf;      /* request fields while they arrive, then the response body not yet framed */
+    size_t off;      /* response bytes of buf already handed to nghttp2 */
+} h2_stream;
+
+_Static_assert(sizeof(h2_conn *) <= sizeof(((kh_conn *)0)->proto_inline), "h2 pointer fits");
+_Static_assert(sizeof(h2_stream) <= sizeof(((kh_stream *)0)->proto_area), "h2_stream fits");
+
+static inline h2_conn *H(kh_conn *c)
+{
+    return *(h2_conn **)c->proto_inline;
+}
+
+static inline h2_stream *HS(kh_stream *s)
+{
+    return (h2_stream *)s->proto_area;
+}
+
+static const kh_sink_vt h2_sink;
+static void h2_free(h2_conn *h);
+
+/* ---- helpers ---- */
+
+/* Ends the connection with a GOAWAY carrying code (RFC 9113 §5.4.1); the flush pass sends it and
+ * closes. Safe inside nghttp2 callbacks. */
+static void fail(h2_conn *h, uint32_t code, const char *why)
+{
+    if (h->flags & H2_FAILED)
+        return;
+    h->flags |= H2_FAILED;
+    h->fail_code = code;
+    KH_LOG_DEBUG("c%u h2: %s: GOAWAY %s", h->c->id, why, nghttp2_http2_strerror(code));
+    nghttp2_session_terminate_session(h->ng, code);
+    kh_worker_schedule_flush(h->c->w, h->c);
+}
+
+/* Counts an unproductive frame (PING, SETTINGS, PRIORITY, empty DATA) or a peer reset in a
+ * one-second window; past the limit the peer is flooding (CVE-2019-9512/9515/9518, CVE-2023-44487
+ * rapid reset): GOAWAY ENHANCE_YOUR_CALM. Returns nonzero once the connection is failing. */
+static int count_frame(h2_conn *h, int reset)
+{
+    kh_conn *c = h->c;
+    uint64_t now = uv_now(&c->w->loop);
+    if (now - h->win_start >= 1000) {
+        h->win_start = now;
+        h->nflood = h->nreset = 0;
+    }
+    if (reset ? ++h->nreset > c->w->limits->h2_peer_resets
+              : ++h->nflood > c->w->limits->h2_flood_frames) {
+        KH_LOG_WARN("c%u h2: %s flood from the peer: closing", c->id,
+                    reset ? "RST_STREAM" : "control frame");
+        fail(h, NGHTTP2_ENHANCE_YOUR_CALM, reset ? "reset flood" : "control frame flood");
+        return 1;
+    }
+    return 0;
+}
+
+static void link_stream(h2_conn *h, kh_stream *s)
+{
+    h2_stream *hs = HS(s);
+    hs->prev = NULL;
+    hs->next = h->streams;
+    if (h->streams)
+        HS(h->streams)->prev = s;
+    h->streams = s;
+    h->nstreams++;
+}
+
+static void unlink_stream(h2_conn *h, kh_stream *s)
+{
+    h2_stream *hs = HS(s);
+    if (hs->prev)
+        HS(hs->prev)->next = hs->next;
+    else
+        h->streams = hs->next;
+    if (hs->next)
+        HS(hs->next)->prev = hs->prev;
+    hs->next = hs->prev = NULL;
+    h->nstreams--;
+}
+
+static kh_stream *new_stream(h2_conn *h, int32_t id)
+{
+    kh_conn *c = h->c;
+    kh_stream *s = kh_stream_open(c->w, &h2_sink, c);
+    h2_stream *hs = HS(s);
+    memset(hs, 0, sizeof *hs);
+    hs->id = id;
+    s->peer = c->peer;
+    s->version_major = 2;
+    s->version_minor = 0;
+    link_stream(h, s);
+    return s;
+}
+
+/* The stream is over on the h2 side (closed or reset, or the connection is going). */
+static void stream_gone(h2_conn *h, kh_stream *s, int err)
+{
+    h2_stream *hs = HS(s);
+    unlink_stream(h, s);
+    kh_buf_release(&hs->buf, &h->c->w->bufs);
+    hs->off = 0;
+    hs->id = 0;
+    hs->flags &= HS_PENDING; /* a queued dispatch still holds its ref and will see proto NULL */
+    kh_stream_on_reset(s, err); /* tells the app if it still waits; drops the protocol's ref */
+}
+
+static void queue_dispatch(h2_conn *h, kh_stream *s)
+{
+    h2_stream *hs = HS(s);
+    kh_stream_retain(s);
+    hs->flags |= HS_PENDING;
+    hs->pend_next = NULL;
+    if (h->pend_tail)
+        HS(h->pend_tail)->pend_next = s;
+    else
+        h->pend_head = s;
+    h->pend_tail = s;
+}
+
+static void dispatch_pending(h2_conn *h)
+{
+    while (h->pend_head && !(h->flags & H2_DEAD)) {
+        kh_stream *s = h->pend_head;
+        h2_stream *hs = HS(s);
+        h->pend_head = hs->pend_next;
+        if (h->pend_head == NULL)
+            h->pend_tail = NULL;
+        hs->flags &= ~HS_PENDING;
+        if (s->proto) {
+            if (hs->flags & HS_TOO_LARGE)
+                kh_stream_respond_error(s, 431, "Request Header Fields Too Large", 0);
+            else if (hs->flags & HS_URI_LONG)
+                kh_stream_respond_error(s, 414, "URI Too Long", 0);
+            else
+                kh_stream_on_head(s);
+        }
+        kh_stream_release(s);
+    }
+}
+
+/* ---- the request head ---- */
+
+/* Fields are packed in hs->buf as [u32 name len][u32 value len][name][value]. */
+static void store_field(kh_conn *c, h2_stream *hs, const uint8_t *name, size_t nlen,
+                        const uint8_t *value, size_t vlen)
+{
+    uint32_t lens[2] = {(uint32_t)nlen, (uint32_t)vlen};
+    kh_buf_append(&hs->buf, &c->w->bufs, lens, sizeof lens);
+    kh_buf_append(&hs->buf, &c->w->bufs, name, nlen);
+    kh_buf_append(&hs->buf, &c->w->bufs, value, vlen);
+}
+
+static int is_pseudo(kh_str n, const char *lit)
+{
+    return kh_str_eq(n, lit, strlen(lit));
+}
+
+/* END_HEADERS of a request: copy the head into the stream and queue its dispatch. */
+static void head_done(h2_conn *h, kh_stream *s, int end_stream)
+{
+    kh_conn *c = h->c;
+    h2_stream *hs = HS(s);
+    hs->flags |= HS_HEAD_DONE;
+    kh_str method = {0}, path = {0}, authority = {0}, scheme = {0}, host = {0};
+    int64_t clen = -1;
+    size_t nf = hs->nfields;
+    kh_header *fields = kh_xmalloc((nf + 2) * sizeof *fields);
+    size_t n = 0;
+    /* RFC 9113 §8.2.3: cookie may be split into several fields; rejoin them with "; " so the
+     * app sees one Cookie as over HTTP/1.1. */
+    kh_buf cookie = {0};
+    if (!(hs->flags & (HS_TOO_LARGE | HS_URI_LONG))) {
+        size_t at = 0;
+        while (at + 8 <= hs->buf.len) {
+            uint32_t lens[2];
+            memcpy(lens, hs->buf.base + at, sizeof lens);
+            kh_str nm = {hs->buf.base + at + 8, lens[0]};
+            kh_str val = {hs->buf.base + at + 8 + lens[0], lens[1]};
+            at += 8 + lens[0] + lens[1];
+            if (nm.len && nm.ptr[0] == ':') {
+                if (is_pseudo(nm, ":method"))
+                    method = val;
+                else if (is_pseudo(nm, ":path"))
+                    path = val;
+                else if (is_pseudo(nm, ":authority"))
+                    authority = val;
+                else if (is_pseudo(nm, ":scheme"))
+                    scheme = val;
+                continue;
+            }
+            if (kh_str_eq(nm, "cookie", 6)) {
+                if (cookie.len)
+                    kh_buf_append(&cookie, NULL, "; ", 2);
+                kh_buf_append(&cookie, NULL, val.ptr, val.len);
+                continue;
+            }
+            if (kh_str_eq(nm, "host", 4))
+                host = val;
+            if (kh_str_eq(nm, "content-length", 14)) {
+                /* nghttp2 checked it is one number that the DATA frames will match */
+                clen = 0;
+                for (size_t i = 0; i < val.len; i++)
+                    clen = clen * 10 + (val.ptr[i] - '0');
+            }
+            if (n < nf)
+                fields[n++] = (kh_header){nm, val};
+        }
+        if (cookie.len)
+            fields[n++] = (kh_header){KH_STR_LIT("cookie"), {cookie.base, cookie.len}};
+        /* RFC 9113 §8.3.1: :authority stands for Host; give the app a Host as HTTP/1.1 would */
+        if (host.len == 0 && authority.len)
+            fields[n++] = (kh_header){KH_STR_LIT("host"), authority};
+        if (authority.len == 0)
+            authority = host;
+    }
+    kh_str target = path, qpath = path, query = {NULL, 0};
+    const char *q = path.len ? memchr(path.ptr, '?', path.len) : NULL;
+    if (q) {
+        qpath.len = (size_t)(q - path.ptr);
+        query.ptr = q + 1;
+        query.len = path.len - qpath.len - 1;
+    }
+    kh_stream_set_head(s, method, target, qpath, query, authority, 2, 0, fields, n);
+    if (kh_str_eq(scheme, "https", 5))
+        s->scheme = "https";
+    free(fields);
+    kh_buf_release(&cookie, NULL);
+    kh_buf_release(&hs->buf, &c->w->bufs);
+    if (end_stream)
+        kh_stream_expect_body(s, 0);
+    else
+        kh_stream_expect_body(s, clen); /* over body_bytes: kh_stream_on_head answers 413 */
+    queue_dispatch(h, s);
+}
+
+/* ---- nghttp2 callbacks ---- */
+
+static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    h2_conn *h = ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    kh_stream *s = new_stream(h, f->hd.stream_id);
+    nghttp2_session_set_stream_user_data(ng, f->hd.stream_id, s);
+    return 0;
+}
+
+static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
+                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+    h2_conn *h = ud;
+    kh_conn *c = h->c;
+    (void)flags;
+    if (f->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    kh_stream *s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    if (s == NULL)
+        return 0;
+    h2_stream *hs = HS(s);
+    if (hs->flags & HS_HEAD_DONE)
+        return 0; /* trailers: not passed to the app (as on HTTP/1.1) */
+    const kh_limits *l = c->w->limits;
+    hs->hbytes += (uint32_t)KH_MIN(nlen + vlen + 32, UINT32_MAX / 2);
+    if (!(nlen && name[0] == ':'))
+        hs->nfields++;
+    /* A header list many times the limit from a small block is an HPACK bomb, not a large
+     * cookie: the connection goes (RFC 9113 §10.5.1 lets us treat it as a flood). */
+    if (hs->hbytes > 4 * l->header_bytes) {
+        KH_LOG_WARN("c%u h2: header list over 4 x header_bytes (HPACK bomb?): closing", c->id);
+        fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "header list bomb");
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    if (hs->hbytes > l->header_bytes || hs->nfields > l->header_fields) {
+        hs->flags |= HS_TOO_LARGE; /* answered 431; the block is still decoded (HPACK state) */
+        kh_buf_release(&hs->buf, &c->w->bufs);
+        return 0;
+    }
+    if (hs->flags & (HS_TOO_LARGE | HS_URI_LONG))
+        return 0;
+    if (nlen == 5 && memcmp(name, ":path", 5) == 0 && vlen > l->target_bytes) {
+        hs->flags |= HS_URI_LONG;
+        return 0;
+    }
+    store_field(c, hs, name, nlen, value, vlen);
+    return 0;
+}
+
+static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *ud)
+{
+    (void)ng;
+    h2_conn *h = ud;
+    /* An empty DATA frame that does not end the stream does nothing but cost us work
+     * (CVE-2019-9518). */
+    if (hd->type == NGHTTP2_DATA && hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM))
+        count_frame(h, 0);
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    h2_conn *h = ud;
+    kh_stream *s;
+    switch (f->hd.type) {
+    case NGHTTP2_HEADERS:
+        s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+        if (s == NULL)
+            break;
+        if (!(HS(s)->flags & HS_HEAD_DONE)) {
+            head_done(h, s, f->hd.flags & NGHTTP2_FLAG_END_STREAM);
+        } else if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+            kh_stream_on_body_end(s); /* after trailers */
+        }
+        break;
+    case NGHTTP2_DATA:
+        s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+        if (s && (f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+            kh_stream_on_body_end(s);
+        break;
+    case NGHTTP2_PING:
+    case NGHTTP2_SETTINGS:
+        if (!(f->hd.flags & NGHTTP2_FLAG_ACK))
+            count_frame(h, 0);
+        break;
+    case NGHTTP2_PRIORITY:
+        count_frame(h, 0);
+        break;
+    case NGHTTP2_RST_STREAM:
+        count_frame(h, 1);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data,
+                         size_t len, void *ud)
+{
+    h2_conn *h = ud;
+    (void)flags;
+    h->flags |= H2_PROGRESS;
+    kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
+    if (s)
+        HS(s)->rx += len;
+    if (s && s->proto)
+        kh_stream_on_body(s, (const char *)data, len); /* past body_bytes: 413, then RST */
+    /* The window is given back once the bytes are buffered (or dropped), never before: with
+     * NO_AUTO_WINDOW_UPDATE the peer can have at most one window in flight beyond what the
+     * stream accepted (RFC 9113 §5.2). */
+    if (s)
+        nghttp2_session_consume(ng, id, len);
+    else
+        nghttp2_session_consume_connection(ng, len);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
+{
+    h2_conn *h = ud;
+    kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
+    if (s == NULL)
+        return 0;
+    nghttp2_session_set_stream_user_data(ng, id, NULL);
+    if (code != NGHTTP2_NO_ERROR)
+        KH_LOG_DEBUG("c%u h2: stream %d reset: %s", h->c->id, id, nghttp2_http2_strerror(code));
+    stream_gone(h, s, KH_ECLOSED);
+    return 0;
+}
+
+static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    (void)ud;
+    int32_t id = f->hd.stream_id;
+    if (!((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+          (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && id > 0 &&
+          nghttp2_session_get_stream_remote_close(ng, id) == 0))
+        return 0;
+    /* RFC 9113 §8.1: a complete response before the whole request: the server may ask the
+     * client to stop with RST_STREAM(NO_ERROR). When the rest of a declared body fits in the
+     * window the client already has, we read and drop it instead: some clients (curl 7.88)
+     * discard a response followed by that reset. */
+    kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
+    int64_t left = -1;
+    if (s && s->body_expected >= 0 && (uint64_t)s->body_expected >= HS(s)->rx)
+        left = s->body_expected - (int64_t)HS(s)->rx;
+    if (left < 0 || left > nghttp2_session_get_stream_local_window_size(ng, id))
+        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+static int on_invalid_frame(nghttp2_session *ng, const nghttp2_frame *f, int err, void *ud)
+{
+    (void)ng;
+    h2_conn *h = ud;
+    KH_LOG_DEBUG("c%u h2: invalid frame type %u on stream %d: %s", h->c->id, f->hd.type,
+                 f->hd.stream_id, nghttp2_strerror(err));
+    return 0;
+}
+
+/* Built once per process; read-only afterwards, so every worker's sessions share it. */
+static nghttp2_session_callbacks *h2_callbacks;
+static uv_once_t h2_callbacks_once = UV_ONCE_INIT;
+
+static void init_callbacks(void)
+{
+    nghttp2_session_callbacks *cb;
+    if (nghttp2_session_callbacks_new(&cb) != 0)
+        abort();
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+    nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cb, on_invalid_frame);
+    h2_callbacks = cb;
+}
+
+/* ---- the connection ---- */
+
+static h2_conn *session_new(kh_conn *c)
+{
+    const kh_limits *l = c->w->limits;
+    uv_once(&h2_callbacks_once, init_callbacks);
+    h2_conn *h = kh_xcalloc(1, sizeof *h);
+    h->c = c;
+    h->win_start = uv_now(&c->w->loop);
+    nghttp2_option *opt;
+    if (nghttp2_option_new(&opt) != 0)
+        abort();
+    /* we give window back as the body is buffered (on_data_chunk), not as bytes arrive */
+    nghttp2_option_set_no_auto_window_update(opt, 1);
+    /* closed streams are not kept for the RFC 7540 priority tree, which we do not use */
+    nghttp2_option_set_no_closed_streams(opt, 1);
+    nghttp2_option_set_max_continuations(opt, l->h2_max_continuations);
+    /* nghttp2's own rapid-reset guard (CVE-2023-44487) backs ours (h2_peer_resets per second) */
+    nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33);
+    nghttp2_option_set_max_outbound_ack(opt, 1000);
+    if (nghttp2_session_server_new2(&h->ng, h2_callbacks, h, opt) != 0)
+        abort();
+    nghttp2_option_del(opt);
+    return h;
+}
+
+static void submit_settings(h2_conn *h)
+{
+    const kh_limits *l = h->c->w->limits;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, (uint32_t)l->h2_max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)l->h2_stream_window},
+        /* advisory (RFC 9113 §6.5.2); on_header enforces it */
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)l->header_bytes},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
+    };
+    nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, KH_ARRAY_LEN(iv));
+    /* the connection window starts at 65535 whatever SETTINGS say (RFC 9113 §6.9.2) */
+    nghttp2_session_set_local_window_size(h->ng, NGHTTP2_FLAG_NONE, 0, (int32_t)l->h2_conn_window);
+}
+
+static void attach(kh_conn *c, h2_conn *h)
+{
+    memset(c->proto_inline, 0, sizeof c->proto_inline);
+    *(h2_conn **)c->proto_inline = h;
+    c->proto = &kh_h2_proto;
+    kh_conn_set_timeout(c, KH_TO_IDLE);
+    kh_worker_schedule_flush(c->w, c);
+}
+
+void kh_h2_start(kh_conn *c)
+{
+    h2_conn *h = session_new(c);
+    submit_settings(h);
+    attach(c, h);
+}
+
+static int b64url_val(int ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '-' || ch == '+')
+        return 62;
+    if (ch == '_' || ch == '/')
+        return 63;
+    return -1;
+}
+
+int kh_h2_upgrade(kh_conn *c, kh_stream *s, kh_str settings)
+{
+    /* HTTP2-Settings is base64url of a SETTINGS payload (RFC 7540 §3.2.1) */
+    if (settings.len > 4096)
+        return KH_EINVAL;
+    uint8_t raw[3072];
+    size_t n = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < settings.len; i++) {
+        if (settings.ptr[i] == '=')
+            break;
+        int v = b64url_val((unsigned char)settings.ptr[i]);
+        if (v < 0)
+            return KH_EINVAL;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            raw[n++] = (uint8_t)(acc >> bits);
+        }
+    }
+    h2_conn *h = session_new(c);
+    int head = (s->flags & KH_STREAM_F_HEAD_METHOD) != 0;
+    if (nghttp2_session_upgrade2(h->ng, raw, n, head, s) != 0) {
+        nghttp2_session_del(h->ng);
+        free(h);
+        return KH_EINVAL;
+    }
+    static const char sw[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                             "Upgrade: h2c\r\n\r\n";
+    kh_conn_write(c, sw, sizeof sw - 1);
+    submit_settings(h);
+    attach(c, h);
+    /* the request becomes stream 1, half-closed (remote), answered over h2 */
+    s->sink = &h2_sink;
+    h2_stream *hs = HS(s);
+    memset(hs, 0, sizeof *hs);
+    hs->id = 1;
+    hs->flags = HS_HEAD_DONE;
+    s->version_major = 2;
+    s->version_minor = 0;
+    link_stream(h, s);
+    kh_stream_expect_body(s, 0);
+    queue_dispatch(h, s);
+    return 0;
+}
+
+static void update_timer(kh_conn *c, h2_conn *h)
+{
+    int kind = KH_TO_NONE;
+    int heading = 0, reading = 0, blocked = 0;
+    for (kh_stream *s = h->streams; s; s = HS(s)->next) {
+        h2_stream *hs = HS(s);
+        if (!(hs->flags & HS_HEAD_DONE))
+            heading = 1;
+        else if (s->body_state == KH_BODY_READING)
+            reading = 1;
+        if ((hs->flags & HS_SUBMITTED) && hs->buf.len > hs->off)
+            blocked = 1; /* response bytes the peer's window does not let out */
+    }
+    if (heading)
+        kind = KH_TO_HEADER;
+    else if (blocked)
+        kind = KH_TO_WRITE; /* a stream that never reads its window goes after write_timeout */
+    else if (reading)
+        kind = KH_TO_BODY;
+    else if (h->nstreams == 0)
+        kind = KH_TO_IDLE;
+    if (kind != c->timer_kind || ((h->flags & H2_PROGRESS) && kind != KH_TO_IDLE))
+        kh_conn_set_timeout(c, kind);
+    h->flags &= ~H2_PROGRESS;
+}
+
+static size_t h2_on_read(kh_conn *c, char *p, size_t n)
+{
+    h2_conn *h = H(c);
+    if (h->flags & H2_FAILED)
+        return n;
+    if (kh_conn_out_pending(c) >= c->w->limits->h2_out_high_water) {
+        /* the peer does not read what we send: stop reading what it sends (the bytes wait in
+         * the conn's input buffer, which is bounded by one read) */
+        h->flags |= H2_IN_PAUSED;
+        kh_conn_pause(c);
+        return 0;
+    }
+    h->depth++;
+    ssize_t r = nghttp2_session_mem_recv(h->ng, (const uint8_t *)p, n);
+    h->depth--;
+    if (h->flags & H2_DEAD) {
+        h2_free(h);
+        *(h2_conn **)c->proto_inline = NULL;
+        return n;
+    }
+    if (r < 0) {
+        if (r == NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
+            KH_LOG_DEBUG("c%u h2: no client preface", c->id);
+            h->flags |= H2_FAILED;
+            kh_conn_close(c);
+            return n;
+        }
+        uint32_t code = h->fail_code;
+        if (!code)
+            code = r == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
+        h->flags &= ~H2_FAILED;
+        fail(h, code, nghttp2_strerror((int)r));
+    }
+    dispatch_pending(h);
+    kh_worker_schedule_flush(c->w, c);
+    return n;
+}
+
+static int h2_on_flush(kh_conn *c)
+{
+    h2_conn *h = H(c);
+    const kh_limits *l = c->w->limits;
+    int more = 1;
+    dispatch_pending(h);
+    h->depth++;
+    while (kh_conn_out_pending(c) < l->h2_out_high_water) {
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(h->ng, &data);
+        if (n <= 0) {
+            if (n < 0) {
+                KH_LOG_DEBUG("c%u h2: mem_send: %s", c->id, nghttp2_strerror((int)n));
+                h->flags |= H2_FAILED;
+                h->depth--;
+                kh_conn_close(c); /* frees h (depth is 0 again) */
+                return 0;
+            }
+            more = 0;
+            break;
+        }
+        /* the bytes are valid until the next mem_send call: copy them now */
+        char *o = kh_conn_out_reserve(c, (size_t)n);
+        memcpy(o, data, (size_t)n);
+        c->out.len += (size_t)n;
+    }
+    h->depth--;
+    if (h->flags & H2_DEAD) {
+        h2_free(h);
+        *(h2_conn **)c->proto_inline = NULL;
+        return 0;
+    }
+    if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng)) {
+        if (!(h->flags & H2_CLOSING)) {
+            h->flags |= H2_CLOSING;
+            kh_conn_set_timeout(c, KH_TO_NONE);
+            kh_conn_close_after_write(c);
+        }
+        return 0;
+    }
+    if ((h->flags & H2_IN_PAUSED) && kh_conn_out_pending(c) < l->h2_out_high_water / 2) {
+        h->flags &= ~H2_IN_PAUSED;
+        kh_conn_resume(c);
+    }
+    update_timer(c, h);
+    return more;
+}
+
+static void h2_on_eof(kh_conn *c)
+{
+    kh_conn_close(c);
+}
+
+static void h2_on_timeout(kh_conn *c, int kind)
+{
+    h2_conn *h = H(c);
+    if (kind == KH_TO_BODY) {
+        /* no body byte for body_timeout_ms: 408 on every stream still waiting for its body */
+        kh_stream *next;
+        for (kh_stream *s = h->streams; s; s = next) {
+            next = HS(s)->next;
+            if ((HS(s)->flags & HS_HEAD_DONE) && s->body_state == KH_BODY_READING)
+                kh_stream_on_body_error(s, 408, "Request Timeout");
+        }
+        kh_conn_set_timeout(c, KH_TO_NONE);
+        kh_worker_schedule_flush(c->w, c);
+        return;
+    }
+    /* idle (RFC 9113 §9.1: a server may close an idle connection, with GOAWAY) or a head that
+     * never completed */
+    KH_LOG_DEBUG("c%u h2: %s timeout: GOAWAY", c->id, kind == KH_TO_IDLE ? "idle" : "header");
+    kh_conn_set_timeout(c, KH_TO_NONE);
+    fail(h, kind == KH_TO_IDLE ? NGHTTP2_NO_ERROR : NGHTTP2_PROTOCOL_ERROR, "timeout");
+}
+
+static void h2_on_shutdown(kh_conn *c)
+{
+    h2_conn *h = H(c);
+    if (h->flags & (H2_SHUTDOWN | H2_FAILED))
+        return;
+    h->flags |= H2_SHUTDOWN;
+    /* RFC 9113 §6.8: streams up to the last one we processed complete; later ones are refused
+     * and the client may retry them elsewhere */
+    nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->ng),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+    kh_worker_schedule_flush(c->w, c);
+}
+
+static void h2_free(h2_conn *h)
+{
+    nghttp2_session_del(h->ng);
+    free(h);
+}
+
+static void h2_on_close(kh_conn *c)
+{
+    h2_conn *h = H(c);
+    if (h == NULL || (h->flags & H2_DEAD))
+        return;
+    h->flags |= H2_DEAD | H2_FAILED;
+    while (h->streams) {
+        kh_stream *s = h->streams;
+        if (HS(s)->id)
+            nghttp2_session_set_stream_user_data(h->ng, HS(s)->id, NULL);
+        stream_gone(h, s, KH_ECLOSED);
+    }
+    while (h->pend_head) {
+        kh_stream *s = h->pend_head;
+        h->pend_head = HS(s)->pend_next;
+        HS(s)->flags &= ~HS_PENDING;
+        kh_stream_release(s);
+    }
+    h->pend_tail = NULL;
+    if (h->depth == 0) {
+        h2_free(h);
+        *(h2_conn **)c->proto_inline = NULL;
+    }
+    /* else the call into nghttp2 that is on the stack frees it when it returns */
+}
+
+const kh_proto_vt kh_h2_proto = {
+    .name = "h2",
+    .on_read = h2_on_read,
+    .on_eof = h2_on_eof,
+    .on_timeout = h2_on_timeout,
+    .on_shutdown = h2_on_shutdown,
+    .on_close = h2_on_close,
+    .on_flush = h2_on_flush,
+};
+
+/* ---- sink: the response side ---- */
+
+static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len,
+                         uint32_t *data_flags, nghttp2_data_source *src, void *ud)
+{
+    (void)ng;
+    (void)id;
+    h2_conn *h = ud;
+    kh_stream *s = src->ptr;
+    h2_stream *hs = HS(s);
+    size_t avail = hs->buf.len - hs->off;
+    if (avail == 0) {
+        if (hs->flags & HS_FIN) {
+            *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+            return 0;
+        }
+        hs->flags |= HS_DEFERRED;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    size_t k = KH_MIN(avail, len);
+    memcpy(buf, hs->buf.base + hs->off, k);
+    hs->off += k;
+    h->flags |= H2_PROGRESS;
+    if (hs->off == hs->buf.len) {
+        /* all handed over: the block goes back to the cache now, not at stream end */
+        kh_buf_release(&hs->buf, &h->c->w->bufs);
+        hs->off = 0;
+        if (hs->flags & HS_FIN)
+            *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    }
+    return (ssize_t)k;
+}
+
+/* RFC 9113 §8.2.2: connection-specific fields must not appear in HTTP/2. content-length is ours. */
+static int skip_field(kh_str nm)
+{
+    return kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "keep-alive", 10) ||
+           kh_str_ieq_lower(nm, "proxy-connection", 16) ||
+           kh_str_ieq_lower(nm, "transfer-encoding", 17) || kh_str_ieq_lower(nm, "upgrade", 7) ||
+           kh_str_ieq_lower(nm, "content-length", 14);
+}
+
+#define NV(n, nl, v, vl)                                                                           \
+    (nghttp2_nv)                                                                                   \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE                           \
+    }
+
+static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int64_t clen)
+{
+    kh_conn *c = s->proto;
+    h2_conn *h = H(c);
+    h2_stream *hs = HS(s);
+    int has_server = 0, has_date = 0;
+    size_t names = 0;
+    for (size_t i = 0; i < n; i++) {
+        names += hdr[i].name.len;
+        if (kh_str_ieq_lower(hdr[i].name, "server", 6))
+            has_server = 1;
+        else if (kh_str_ieq_lower(hdr[i].name, "date", 4))
+            has_date = 1;
+    }
+    nghttp2_nv *nv = kh_xmalloc((n + 4) * sizeof *nv);
+    /* RFC 9113 §8.2.1: field names are lower case on the wire */
+    char *lower = kh_xmalloc(names + 1);
+    char st[8], cl[24];
+    size_t k = 0, at = 0;
+    int stlen = snprintf(st, sizeof st, "%d", status);
+    nv[k++] = NV(":status", 7, st, (size_t)stlen);
+    if (!has_server)
+        nv[k++] = NV("server", 6, "khamsin", 7);
+    if (!has_date)
+        nv[k++] = NV("date", 4, kh_worker_date(c->w), 29);
+    for (size_t i = 0; i < n; i++) {
+        kh_str nm = hdr[i].name;
+        if (skip_field(nm))
+            continue;
+        char *lo = lower + at;
+        for (size_t j = 0; j < nm.len; j++) {
+            char ch = nm.ptr[j];
+            lo[j] = (ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
+        }
+        at += nm.len;
+        nv[k++] = NV(lo, nm.len, hdr[i].value.ptr, hdr[i].value.len);
+    }
+    /* RFC 9110 §15.3.5 / §15.4.5: 204 and 304 have no content */
+    int bodyless = status == 204 || status == 304;
+    if (!bodyless && clen >= 0) {
+        int cll = snprintf(cl, sizeof cl, "%lld", (long long)clen);
+        nv[k++] = NV("content-length", 14, cl, (size_t)cll);
+    }
+    if (bodyless || clen == 0 || (s->flags & KH_STREAM_F_HEAD_METHOD))
+        hs->flags |= HS_NO_DATA;
+    nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_body};
+    h->depth++;
+    int r = nghttp2_submit_response(h->ng, hs->id, nv, k, (hs->flags & HS_NO_DATA) ? NULL : &prd);
+    h->depth--;
+    free(nv);
+    free(lower);
+    kh_worker_schedule_flush(c->w, c);
+    if (r != 0) {
+        KH_LOG_DEBUG("c%u h2: stream %d: submit_response: %s", c->id, hs->id, nghttp2_strerror(r));
+        return KH_ECLOSED;
+    }
+    hs->flags |= HS_SUBMITTED;
+    return 0;
+}
+
+static int h2_data(kh_stream *s, const char *p, size_t n, int fin)
+{
+    kh_conn *c = s->proto;
+    h2_conn *h = H(c);
+    h2_stream *hs = HS(s);
+    if (hs->flags & HS_NO_DATA)
+        return 0;
+    if (n) {
+        if (hs->off == hs->buf.len)
+            hs->buf.len = hs->off = 0;
+        kh_buf_append(&hs->buf, &c->w->bufs, p, n);
+    }
+    if (fin)
+        hs->flags |= HS_FIN;
+    if (hs->flags & HS_DEFERRED) {
+        hs->flags &= ~HS_DEFERRED;
+        h->depth++;
+        nghttp2_session_resume_data(h->ng, hs->id);
+        h->depth--;
+    }
+    kh_worker_schedule_flush(c->w, c);
+    return 0;
+}
+
+static void h2_want_body(kh_stream *s)
+{
+    (void)s; /* no 100-continue in HTTP/2: the client sends the body when it likes */
+}
+
+static void h2_reset(kh_stream *s, int err)
+{
+    kh_conn *c = s->proto;
+    (void)err;
+    if (c == NULL)
+        return;
+    h2_conn *h = H(c);
+    h->depth++;
+    nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_INTERNAL_ERROR);
+    h->depth--;
+    kh_worker_schedule_flush(c->w, c);
+}
+
+static const kh_sink_vt h2_sink = {
+    .name = "h2",
+    .head = h2_head,
+    .data = h2_data,
+    .want_body = h2_want_body,
+    .reset = h2_reset,
+};

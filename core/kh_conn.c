@@ -199,7 +199,9 @@ void kh_conn_set_timeout(kh_conn *c, int kind)
 void kh__conn_on_timer(kh_timer *t, int kind)
 {
     kh_conn *c = KH_CONTAINER_OF(t, kh_conn, timer);
-    if (kind == KH_TO_WRITE) {
+    /* a write libuv holds has stalled; KH_TO_WRITE without one was set by the protocol (h2: a
+     * response held back by the peer's window) and is the protocol's to handle */
+    if (kind == KH_TO_WRITE && c->writing) {
         KH_LOG_DEBUG("c%u write stalled: closing", c->id);
         kh_conn_close(c);
     } else if (kind == KH_TO_LINGER) {

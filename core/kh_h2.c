@@ -98,6 +98,18 @@ static void fail(h2_conn *h, uint32_t code, const char *why)
     kh_worker_schedule_flush(h->c->w, h->c);
 }
 
+/* Peer misbehaviour is logged as a WARN at most once a second per worker (style.md "Logging":
+ * peer garbage never floods the log). */
+static int warn_ok(kh_worker *w)
+{
+    static _Thread_local uint64_t last;
+    uint64_t now = uv_now(&w->loop);
+    if (last && now - last < 1000)
+        return 0;
+    last = now;
+    return 1;
+}
+
 /* Counts an unproductive frame (PING, SETTINGS, PRIORITY, empty DATA) or a peer reset in a
  * one-second window; past the limit the peer is flooding (CVE-2019-9512/9515/9518, CVE-2023-44487
  * rapid reset): GOAWAY ENHANCE_YOUR_CALM. Returns nonzero once the connection is failing. */
@@ -111,8 +123,9 @@ static int count_frame(h2_conn *h, int reset)
     }
     if (reset ? ++h->nreset > c->w->limits->h2_peer_resets
               : ++h->nflood > c->w->limits->h2_flood_frames) {
-        KH_LOG_WARN("c%u h2: %s flood from the peer: closing", c->id,
-                    reset ? "RST_STREAM" : "control frame");
+        if (warn_ok(c->w))
+            KH_LOG_WARN("c%u h2: %s flood from the peer: closing", c->id,
+                        reset ? "RST_STREAM" : "control frame");
         fail(h, NGHTTP2_ENHANCE_YOUR_CALM, reset ? "reset flood" : "control frame flood");
         return 1;
     }
@@ -331,7 +344,8 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
     /* A header list many times the limit from a small block is an HPACK bomb, not a large
      * cookie: the connection goes (RFC 9113 §10.5.1 lets us treat it as a flood). */
     if (hs->hbytes > 4 * l->header_bytes) {
-        KH_LOG_WARN("c%u h2: header list over 4 x header_bytes (HPACK bomb?): closing", c->id);
+        if (warn_ok(c->w))
+            KH_LOG_WARN("c%u h2: header list over 4 x header_bytes (HPACK bomb?): closing", c->id);
         fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "header list bomb");
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
@@ -657,7 +671,10 @@ static size_t h2_on_read(kh_conn *c, char *p, size_t n)
         }
         uint32_t code = h->fail_code;
         if (!code)
-            code = r == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
+            code = (r == NGHTTP2_ERR_FLOODED || r == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS ||
+                    r == NGHTTP2_ERR_TOO_MANY_SETTINGS)
+                       ? NGHTTP2_ENHANCE_YOUR_CALM
+                       : NGHTTP2_PROTOCOL_ERROR;
         h->flags &= ~H2_FAILED;
         fail(h, code, nghttp2_strerror((int)r));
     }
@@ -734,11 +751,15 @@ static void h2_on_timeout(kh_conn *c, int kind)
         kh_worker_schedule_flush(c->w, c);
         return;
     }
-    /* idle (RFC 9113 §9.1: a server may close an idle connection, with GOAWAY) or a head that
-     * never completed */
-    KH_LOG_DEBUG("c%u h2: %s timeout: GOAWAY", c->id, kind == KH_TO_IDLE ? "idle" : "header");
+    /* idle (RFC 9113 §9.1: a server may close an idle connection, with GOAWAY), a head that
+     * never completed, or a response the peer's window has held back for write_timeout_ms */
     kh_conn_set_timeout(c, KH_TO_NONE);
-    fail(h, kind == KH_TO_IDLE ? NGHTTP2_NO_ERROR : NGHTTP2_PROTOCOL_ERROR, "timeout");
+    if (kind == KH_TO_IDLE)
+        fail(h, NGHTTP2_NO_ERROR, "idle timeout");
+    else if (kind == KH_TO_WRITE)
+        fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "window held shut");
+    else
+        fail(h, NGHTTP2_PROTOCOL_ERROR, "request head timeout");
 }
 
 static void h2_on_shutdown(kh_conn *c)

@@ -660,6 +660,7 @@ end
 
 local CURL_PROTO = {
     h1 = { "--http1.1" },
+    h2c = { "--http2-prior-knowledge" }, -- HTTP/2 over cleartext, no Upgrade (RFC 9113 §3.3)
 }
 
 function Server:request(r)
@@ -844,9 +845,9 @@ end
 ---------------------------------------------------------------------------------------------
 -- protocols and environment
 
--- Calls fn(proto) for every protocol srv:request can speak. Only "h1" for now; later issues
--- add h1+TLS, h2c, h2 and h3. $KHAMSIN_PROTOS (comma list) narrows the set.
-M.protocols = { "h1" }
+-- Calls fn(proto) for every protocol srv:request can speak: "h1", "h2c"; later issues add
+-- h1+TLS, h2 and h3. $KHAMSIN_PROTOS (comma list) narrows the set.
+M.protocols = { "h1", "h2c" }
 function M.each_protocol(fn)
     local only = os.getenv("KHAMSIN_PROTOS")
     for _, p in ipairs(M.protocols) do

@@ -72,7 +72,14 @@ _Static_assert(sizeof(h2_stream) <= sizeof(((kh_stream *)0)->proto_area), "h2_st
 
 static inline h2_conn *H(kh_conn *c)
 {
-    return *(h2_conn **)c->proto_inline;
+    h2_conn *h;
+    memcpy(&h, c->proto_inline, sizeof h); /* proto_inline is uint64_t[]: no type punning */
+    return h;
+}
+
+static inline void set_H(kh_conn *c, h2_conn *h)
+{
+    memcpy(c->proto_inline, &h, sizeof h);
 }
 
 static inline h2_stream *HS(kh_stream *s)
@@ -540,7 +547,7 @@ static void submit_settings(h2_conn *h)
 static void attach(kh_conn *c, h2_conn *h)
 {
     memset(c->proto_inline, 0, sizeof c->proto_inline);
-    *(h2_conn **)c->proto_inline = h;
+    set_H(c, h);
     c->proto = &kh_h2_proto;
     kh_conn_set_timeout(c, KH_TO_IDLE);
     kh_worker_schedule_flush(c->w, c);
@@ -659,7 +666,7 @@ static size_t h2_on_read(kh_conn *c, char *p, size_t n)
     h->depth--;
     if (h->flags & H2_DEAD) {
         h2_free(h);
-        *(h2_conn **)c->proto_inline = NULL;
+        set_H(c, NULL);
         return n;
     }
     if (r < 0) {
@@ -689,6 +696,12 @@ static int h2_on_flush(kh_conn *c)
     const kh_limits *l = c->w->limits;
     int more = 1;
     dispatch_pending(h);
+    /* resume input before refilling the queue: the WINDOW_UPDATEs waiting there are what lets
+     * the next response bytes go */
+    if ((h->flags & H2_IN_PAUSED) && kh_conn_out_pending(c) < l->h2_out_high_water / 2) {
+        h->flags &= ~H2_IN_PAUSED;
+        kh_conn_resume(c);
+    }
     h->depth++;
     while (kh_conn_out_pending(c) < l->h2_out_high_water) {
         const uint8_t *data;
@@ -712,7 +725,7 @@ static int h2_on_flush(kh_conn *c)
     h->depth--;
     if (h->flags & H2_DEAD) {
         h2_free(h);
-        *(h2_conn **)c->proto_inline = NULL;
+        set_H(c, NULL);
         return 0;
     }
     if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng)) {
@@ -722,10 +735,6 @@ static int h2_on_flush(kh_conn *c)
             kh_conn_close_after_write(c);
         }
         return 0;
-    }
-    if ((h->flags & H2_IN_PAUSED) && kh_conn_out_pending(c) < l->h2_out_high_water / 2) {
-        h->flags &= ~H2_IN_PAUSED;
-        kh_conn_resume(c);
     }
     update_timer(c, h);
     return more;
@@ -802,7 +811,7 @@ static void h2_on_close(kh_conn *c)
     h->pend_tail = NULL;
     if (h->depth == 0) {
         h2_free(h);
-        *(h2_conn **)c->proto_inline = NULL;
+        set_H(c, NULL);
     }
     /* else the call into nghttp2 that is on the stack frees it when it returns */
 }

@@ -42,7 +42,7 @@ class RawConn:
     def __init__(self, port, host="127.0.0.1", window=None):
         self.sock = socket.create_connection((host, port), timeout=5)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
+        self.buf = bytearray()
         self.goaway = None
         self.closed = False
         self.frames = {}
@@ -70,8 +70,8 @@ class RawConn:
                 return
             t, fl = self.buf[3], self.buf[4]
             sid = struct.unpack(">I", self.buf[5:9])[0] & 0x7FFFFFFF
-            p = self.buf[9:9 + n]
-            self.buf = self.buf[9 + n:]
+            p = bytes(self.buf[9:9 + n])
+            del self.buf[:9 + n]
             self.frames[t] = self.frames.get(t, 0) + 1
             if t == GOAWAY:
                 last, code = struct.unpack(">II", p[:8])
@@ -84,7 +84,7 @@ class RawConn:
                 if fl & END_STREAM:
                     self.ended.add(sid)
             elif t == DATA:
-                self.data[sid] = self.data.get(sid, b"") + p
+                self.data.setdefault(sid, bytearray()).extend(p)
                 if fl & END_STREAM:
                     self.ended.add(sid)
             elif t == RST_STREAM:
@@ -107,7 +107,7 @@ class RawConn:
         if not d:
             self.closed = True
             return False
-        self.buf += d
+        self.buf.extend(d)
         self._parse()
         return True
 

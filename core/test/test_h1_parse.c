@@ -277,12 +277,11 @@ static int slice_is(kh_str s, const char *want)
     return s.ptr != NULL && s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0;
 }
 
-/* Every slice must point into buf[0..n), except the "/" of an absolute-form without a path. */
+/* Every non-empty slice must point into buf[0..n), even the "/" of an absolute-form without a
+ * path: a caller may copy the head and rebase the slices. */
 static int slice_inside(kh_str s, const char *buf, size_t n)
 {
     if (s.len == 0)
-        return 1;
-    if (s.len == 1 && s.ptr[0] == '/' && (s.ptr < buf || s.ptr >= buf + n))
         return 1;
     return s.ptr >= buf && s.ptr + s.len <= buf + n;
 }

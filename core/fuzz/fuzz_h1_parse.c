@@ -29,9 +29,9 @@
     } while (0)
 
 static const kh_h1_limits limits[4] = {
-    {40, 2, 8},          /* tiny: every limit is easy to hit */
-    {256, 6, 48},        /* small */
-    {16384, 100, 8192},  /* the engine's defaults */
+    {40, 2, 8},         /* tiny: every limit is easy to hit */
+    {256, 6, 48},       /* small */
+    {16384, 100, 8192}, /* the engine's defaults */
     {16384, 100, 8192},
 };
 

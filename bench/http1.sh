@@ -12,8 +12,8 @@
 #   STARTUP_SERVERS=(same as IDLE_SERVERS) PARTS="load idle startup" BASE_PORT=23080
 #   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 NICE=-20 (if root, else 0) KEEP_TMP=0
 #   QUIET_WAIT=10 (max s to wait, before each window, until other tasks use <=5% of each core;
-#   at most QUIET_BUDGET=45 s over the run) NOISY_RETRIES=1 (a window where other tasks took >5%
-#   of the server core is redone, this many times at most; at most NOISY_RETRY_BUDGET=5 redos per run)
+#   at most QUIET_BUDGET=45 s over the run) NOISY_RETRIES=1 (a window where server or wrk waited >5%
+#   of it for a CPU is redone, this many times at most; at most NOISY_RETRY_BUDGET=5 redos per run)
 set -euo pipefail
 
 SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
@@ -254,7 +254,7 @@ main() {
   fi
   log "python:   $($PY --version 2>&1)"
   log "pinning:  servers taskset -c $SERVER_CORE, wrk / clients / this script on core $WRK_CORE; all at nice $NICE (also the nice of this run's own session autogroup); RLIMIT_NOFILE $NOFILE; nginx worker_connections $NGX_WORKER_CONNS"
-  log "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg) (at start); before each window waits up to ${QUIET_WAIT}s (${QUIET_BUDGET}s per run) for other tasks <= 5% per core; a window disturbed anyway (others >5% of the server core) is redone up to $NOISY_RETRIES time(s) ($NOISY_RETRY_BUDGET per run), then kept and flagged NOISY"
+  log "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg) (at start); before each window waits up to ${QUIET_WAIT}s (${QUIET_BUDGET}s per run) for other tasks <= 5% per core; a window where server or wrk waited >5% of it for a CPU (run delay, /proc/*/schedstat) is redone up to $NOISY_RETRIES time(s) ($NOISY_RETRY_BUDGET per run), then kept and flagged NOISY"
   log ""
 
   # ---- 1. load

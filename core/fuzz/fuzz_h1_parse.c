@@ -8,8 +8,9 @@
  *          whole with prev_len = prefix length), heads included, slice for slice;
  *        - a prefix gives KH_EAGAIN or the one-shot result (an error, or the same head length);
  *        - the result is KH_EAGAIN, a KH_H1_E* code, or a length <= len and <= header_bytes;
- *        - every slice lies inside the head (the "/" of an absolute-form without path aside),
+ *        - every slice lies inside the head (even the "/" of an absolute-form without a path),
  *          num_fields <= header_fields, body_kind/target_form/minor_version are in range;
+ *        - an accepted head is strict, checked without the parser's tables (check_strict);
  *        - when the head says chunked, the bytes after it decode the same in one piece and in
  *          two pieces: same result, same consumed count, same payload;
  *        - the chunked decoder never writes past the input nor reports more output than input.
@@ -28,9 +29,9 @@
     } while (0)
 
 static const kh_h1_limits limits[4] = {
-    {40, 2, 8},          /* tiny: every limit is easy to hit */
-    {256, 6, 48},        /* small */
-    {16384, 100, 8192},  /* the engine's defaults */
+    {40, 2, 8},         /* tiny: every limit is easy to hit */
+    {256, 6, 48},       /* small */
+    {16384, 100, 8192}, /* the engine's defaults */
     {16384, 100, 8192},
 };
 
@@ -47,14 +48,77 @@ static int slice_inside(kh_str s, const char *buf, size_t n)
         return 1;
     if (s.ptr == NULL)
         return 0;
-    if (s.len == 1 && s.ptr[0] == '/' && (s.ptr < buf || s.ptr >= buf + n))
-        return 1; /* absolute-form without a path: the parser's own "/" */
     return s.ptr >= buf && s.ptr <= buf + n && s.len <= (size_t)(buf + n - s.ptr);
 }
 
 static int slice_same(kh_str a, kh_str b)
 {
     return a.len == b.len && (a.len == 0 || a.ptr == b.ptr);
+}
+
+static int tchar(uint8_t c)
+{
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static int ci_eq(kh_str s, const char *lower)
+{
+    size_t n = strlen(lower);
+    if (s.len != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (((uint8_t)s.ptr[i] | 0x20) != (uint8_t)lower[i])
+            return 0;
+    return 1;
+}
+
+/* An accepted head must be strict, checked here without the parser's tables: CRLF only, the
+ * blank line at the end, token method and names, visible-ASCII target, clean trimmed values,
+ * one Host on HTTP/1.1, and a body kind that agrees with the framing fields. */
+static void check_strict(const kh_h1_head *h, const char *buf, size_t n)
+{
+    CHECK(n >= 4 && memcmp(buf + n - 4, "\r\n\r\n", 4) == 0);
+    size_t lines = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            CHECK(i > 0 && buf[i - 1] == '\r');
+            lines++;
+        }
+        if (buf[i] == '\r')
+            CHECK(i + 1 < n && buf[i + 1] == '\n');
+    }
+    size_t lead = (size_t)(h->method.ptr - buf);
+    CHECK(lead % 2 == 0);
+    CHECK(lines == lead / 2 + 1 + h->num_fields + 1);
+    for (size_t i = 0; i < h->method.len; i++)
+        CHECK(tchar((uint8_t)h->method.ptr[i]));
+    CHECK(h->method.ptr + h->method.len + 1 == h->target.ptr);
+    for (size_t i = 0; i < h->target.len; i++)
+        CHECK(h->target.ptr[i] > 0x20 && h->target.ptr[i] < 0x7f && h->target.ptr[i] != '#');
+    size_t hosts = 0, cls = 0, tes = 0;
+    for (size_t i = 0; i < h->num_fields; i++) {
+        kh_str nm = h->fields[i].name, v = h->fields[i].value;
+        for (size_t j = 0; j < nm.len; j++)
+            CHECK(tchar((uint8_t)nm.ptr[j]));
+        CHECK(nm.ptr[nm.len] == ':');
+        for (size_t j = 0; j < v.len; j++) {
+            uint8_t c = (uint8_t)v.ptr[j];
+            CHECK(c == '\t' || c >= 0x20);
+            CHECK(c != 0x7f);
+        }
+        if (v.len)
+            CHECK(v.ptr[0] != ' ' && v.ptr[0] != '\t' && v.ptr[v.len - 1] != ' ' &&
+                  v.ptr[v.len - 1] != '\t');
+        hosts += ci_eq(nm, "host");
+        cls += ci_eq(nm, "content-length");
+        tes += ci_eq(nm, "transfer-encoding");
+    }
+    CHECK(hosts <= 1 && (h->minor_version == 0 || hosts == 1));
+    CHECK(!(cls && tes));
+    CHECK((h->body_kind == KH_H1_BODY_CHUNKED) == (tes > 0));
+    CHECK((h->body_kind == KH_H1_BODY_LENGTH) == (cls > 0));
+    CHECK(!tes || h->minor_version == 1);
 }
 
 static void check_head(const kh_h1_head *h, const char *buf, size_t n, const kh_h1_limits *lim)
@@ -188,6 +252,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (r1 > 0) {
         check_head(&h1, buf, (size_t)r1, lim);
+        check_strict(&h1, buf, (size_t)r1);
         same_head(&h1, &h2);
         if (h1.body_kind == KH_H1_BODY_CHUNKED)
             fuzz_chunked(buf + r1, len - (size_t)r1, seed ^ 0x5a, lim);

@@ -8,7 +8,7 @@
 #   DURATION=3 WARMUP=1 ROUNDS=1 IDLE_CONNS=500 bench/h2.sh   # smoke run
 #
 # Env knobs (defaults): SERVERS="khamsin nginx-lua" CONNS=64 STREAMS=10 ROUNDS=3 DURATION=10
-#   WARMUP=2 IDLE_CONNS=2000 PARTS="load idle" BASE_PORT=24080 KHAMSIN_BIN=build-release/khamsin
+#   WARMUP=2 IDLE_CONNS=2000 PARTS="load idle" BASE_PORT=25480 KHAMSIN_BIN=build-release/khamsin
 #   SERVER_CORE=1 CLIENT_CORE=0 NICE=-20 (if root, else 0)
 set -euo pipefail
 
@@ -27,7 +27,7 @@ DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 IDLE_CONNS=${IDLE_CONNS:-2000}
 PARTS=${PARTS:-"load idle"}
-BASE_PORT=${BASE_PORT:-24080}
+BASE_PORT=${BASE_PORT:-25480}
 KHAMSIN_BIN=${KHAMSIN_BIN:-$ROOT/build-release/khamsin}
 SERVER_CORE=${SERVER_CORE:-1}
 CLIENT_CORE=${CLIENT_CORE:-0}

@@ -195,7 +195,9 @@ main() {
   if [[ -f $TMP/raw.txt ]]; then echo "## Appendix: raw h2load output"; cat "$TMP/raw.txt"; fi
 }
 
+set +e
 main 2>&1 | tee "$RESULT.partial"
 rc=${PIPESTATUS[0]}
+set -e
 if ((rc == 0)); then mv "$RESULT.partial" "$RESULT"; echo "results written to $RESULT"; else
   mkdir -p bench/results/tmp; mv "$RESULT.partial" "bench/results/tmp/h2-$STAMP.FAILED.txt"; exit "$rc"; fi

@@ -146,7 +146,7 @@ EOF
 server_cmd() { # name port -> prints the command (one word per line)
   local name=$1 port=$2
   case $name in
-    khamsin) printf '%s\n' "$KHAMSIN_BIN" --workers 1 --listen "127.0.0.1:$port" --log-level warn bench/apps/hello.lua ;;
+    khamsin) printf '%s\n' "$KHAMSIN_RUN" --workers 1 --listen "127.0.0.1:$port" --log-level warn bench/apps/hello.lua ;;
     nginx-lua | nginx-static) printf '%s\n' nginx -p "$TMP/$name/" -c "$TMP/$name/nginx.conf" -e "$TMP/$name/error.log" ;;
   esac
 }
@@ -211,6 +211,10 @@ main() {
       cmake --build build-release -j2 >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; fail "khamsin build failed"; }
     [[ -x $KHAMSIN_BIN ]] || fail "build finished but $KHAMSIN_BIN does not exist"
   fi
+  # run a private copy: a rebuild of build-release/ during the run must not change what we measure
+  # (khamsin finds its Lua modules by the compiled-in source path, so the copy behaves the same)
+  KHAMSIN_RUN="$TMP/khamsin"
+  if [[ -x $KHAMSIN_BIN ]]; then cp "$KHAMSIN_BIN" "$KHAMSIN_RUN"; fi
 
   # From here on everything (servers, wrk, python helpers) inherits the priority, and the
   # orchestration runs on the client core; servers re-pin themselves to SERVER_CORE.
@@ -243,7 +247,7 @@ main() {
   dirty=$(git status --porcelain -- core lua CMakeLists.txt cmake 2>/dev/null | wc -l)
   log "git:      $(git rev-parse --short HEAD) ($dirty uncommitted change(s) under core/ lua/ cmake/ CMakeLists.txt)"
   if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" khamsin; then
-    log "khamsin:  $KHAMSIN_BIN (mtime $(date -u -r "$KHAMSIN_BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$KHAMSIN_BIN" | cut -c1-16))"
+    log "khamsin:  $KHAMSIN_BIN (mtime $(date -u -r "$KHAMSIN_BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$KHAMSIN_RUN" | cut -c1-16)), run from a copy in the temp dir; $("$KHAMSIN_RUN" --version 2>&1 | head -1)"
   fi
   log "cpu:      $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc --all) cores"
   log "kernel:   $(uname -srm), $(zcat /proc/config.gz 2>/dev/null | grep -E '^CONFIG_(HZ|TICK_CPU_ACCOUNTING|IRQ_TIME_ACCOUNTING|VIRT_CPU_ACCOUNTING_GEN)=' | paste -sd' ' || echo 'config n/a'), autogroup $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo n/a)"

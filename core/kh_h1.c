@@ -297,6 +297,14 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
             kh_h1_limits lim = {l->header_bytes, l->header_fields, l->target_bytes};
             ssize_t r = kh_h1_parse_request(p + off, n - off, h->prev_len, &head, &lim);
             if (r == KH_EAGAIN) {
+                /* A first byte that cannot start a method or an empty line (a TLS ClientHello
+                 * is 0x16) will never become a request: say so now instead of holding the
+                 * connection until the header timeout. */
+                unsigned char first = (unsigned char)p[off];
+                if ((first <= 0x20 || first >= 0x7f) && first != '\r') {
+                    reply_error(c, 400, "not an HTTP/1.x request");
+                    return n;
+                }
                 h->prev_len = (uint32_t)(n - off);
                 if (c->timer_kind != KH_TO_HEADER)
                     kh_conn_set_timeout(c, KH_TO_HEADER);

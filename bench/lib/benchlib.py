@@ -400,7 +400,7 @@ def cmd_report(a):
     conns = sorted(set(r["conns"] for r in rows))
     med = {}
     print("Medians over rounds (range min..max in brackets):")
-    print(f"{'server':<13} {'conns':>5} {'n':>2} {'req/s':>23}{'p99 ms':>23} {'req per server CPU-s':>23}{'srv CPU':>9}{'wrk CPU':>9}")
+    print(f"{'server':<13} {'conns':>5} {'n':>2} {'req/s':>24} {'p99 ms':>24} {'req per server CPU-s':>24}{'srv CPU':>9}{'wrk CPU':>9}")
     for c in conns:
         for s in servers:
             rs = [r for r in rows if r["server"] == s and r["conns"] == c]
@@ -410,9 +410,9 @@ def cmd_report(a):
             med[(s, c)] = m
             rng = {k: (min(r[k] for r in rs), max(r[k] for r in rs)) for k in ("rps", "p99_ms", "req_per_cpu")}
             def cell(k, fmt):
-                return (fmt.format(m[k]) + " [" + fmt.format(rng[k][0]) + ".." + fmt.format(rng[k][1]) + "]").rjust(23)
-            print(f"{s:<13} {c:>5} {len(rs):>2} " + cell("rps", "{:.0f}") + cell("p99_ms", "{:.3f}") +
-                  " " + cell("req_per_cpu", "{:.0f}") + f"{100 * m['srv_util']:>8.0f}%{100 * m['wrk_util']:>8.0f}%")
+                return " " + (fmt.format(m[k]) + " [" + fmt.format(rng[k][0]) + ".." + fmt.format(rng[k][1]) + "]").rjust(24)
+            print(f"{s:<13} {c:>5} {len(rs):>2}" + cell("rps", "{:.0f}") + cell("p99_ms", "{:.3f}") +
+                  cell("req_per_cpu", "{:.0f}") + f"{100 * m['srv_util']:>8.0f}%{100 * m['wrk_util']:>8.0f}%")
     noisy = [r for r in rows if r.get("noisy")]
     print("  srv CPU = server utime+stime / wall (100% = server saturates core 1); "
           "wrk CPU = wrk on core 0 (near 100% = client-bound, then req/s says little, req/CPU-s still does)")

@@ -101,6 +101,7 @@ static void setup(void)
     cfg.app = &fuzz_app;
     W.cfg = &cfg;
     W.limits = &cfg.limits;
+    W.flush_tail = &W.flush_head;
     uv_loop_init(&W.loop);
     for (int k = 0; k < KH_TO__COUNT; k++)
         kh_timeq_init(&W.timeq[k], 1000, noop_timer);
@@ -121,6 +122,7 @@ static void flush(kh_conn *c)
             W.flush_head = f->flush_next;
             f->flags &= ~KH_CONN_F_IN_FLUSH;
         }
+        W.flush_tail = &W.flush_head;
         if (c->flags & KH_CONN_F_CLOSING)
             return;
         if (c->proto->on_flush)
@@ -171,6 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kh_buf_release(&in, &W.bufs);
     kh_conn_close(c); /* resets every stream; the close callback frees c */
     W.flush_head = NULL;
+    W.flush_tail = &W.flush_head;
     uv_run(&W.loop, UV_RUN_NOWAIT);
     return 0;
 }

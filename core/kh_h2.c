@@ -599,11 +599,13 @@ int kh_h2_upgrade(kh_conn *c, kh_stream *s, kh_str settings)
     }
     h2_conn *h = session_new(c);
     int head = (s->flags & KH_STREAM_F_HEAD_METHOD) != 0;
-    if (nghttp2_session_upgrade2(h->ng, raw, n, head, s) != 0) {
+    if (nghttp2_session_upgrade2(h->ng, raw, n, head, NULL) != 0) {
         nghttp2_session_del(h->ng);
         free(h);
         return KH_EINVAL;
     }
+    /* a server session ignores upgrade2's stream_user_data: attach the stream ourselves */
+    nghttp2_session_set_stream_user_data(h->ng, 1, s);
     static const char sw[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
                              "Upgrade: h2c\r\n\r\n";
     kh_conn_write(c, sw, sizeof sw - 1);
@@ -742,7 +744,21 @@ static int h2_on_flush(kh_conn *c)
 
 static void h2_on_eof(kh_conn *c)
 {
-    kh_conn_close(c);
+    h2_conn *h = H(c);
+    KH_LOG_DEBUG("c%u h2: peer FIN with %u stream(s) open", c->id, h->nstreams);
+    if (h->nstreams == 0 || (h->flags & H2_FAILED)) {
+        kh_conn_close(c);
+        return;
+    }
+    /* The peer half-closed with requests in flight: nothing more will be read, so stop taking
+     * streams (GOAWAY) and answer those we have; the flush pass closes once they are done. */
+    if (!(h->flags & H2_SHUTDOWN)) {
+        h->flags |= H2_SHUTDOWN;
+        nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(h->ng), NGHTTP2_NO_ERROR,
+                              NULL, 0);
+    }
+    kh_worker_schedule_flush(c->w, c);
 }
 
 static void h2_on_timeout(kh_conn *c, int kind)

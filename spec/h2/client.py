@@ -198,6 +198,19 @@ def mode_rst_wait(port):
     return {"first": summary(cl.stream(sid)), "second": summary(cl.stream(sid2)), "goaway": cl.goaway}
 
 
+def mode_halfclose(port):
+    # the request, then FIN: the answer must still come (RFC 9113 does not forbid a half-close)
+    import hpack
+    from h2raw import END_HEADERS, END_STREAM, HEADERS, RawConn, frame, request_block
+    c = RawConn(port)
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block("/big?n=30000", encoder=hpack.Encoder())))
+    c.sock.shutdown(socket.SHUT_WR)
+    c.wait(lambda: 1 in c.ended or c.closed, 5)
+    closed = c.wait_closed(5)
+    return {"status": c.status(1), "body_len": len(c.data.get(1, b"")), "ended": 1 in c.ended,
+            "closed": closed, "goaway": c.goaway}
+
+
 def mode_idle(port):
     cl = Client(port)
     t0 = time.time()
@@ -214,6 +227,8 @@ def main():
         out = mode_sigterm(port, int(sys.argv[3]))
     elif mode == "rst_wait":
         out = mode_rst_wait(port)
+    elif mode == "halfclose":
+        out = mode_halfclose(port)
     elif mode == "idle":
         out = mode_idle(port)
     else:

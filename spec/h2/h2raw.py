@@ -45,6 +45,7 @@ class RawConn:
         self.buf = bytearray()
         self.goaway = None
         self.closed = False
+        self.send_failed = False
         self.frames = {}
         self.headers = {}   # stream id -> list of decoded header lists
         self.data = {}      # stream id -> bytes
@@ -56,11 +57,12 @@ class RawConn:
         self.send(PREFACE + settings(pairs))
 
     def send(self, b):
+        """Returns False once the peer no longer takes bytes; closed is only set by reads."""
         try:
             self.sock.sendall(b)
             return True
         except OSError:
-            self.closed = True
+            self.send_failed = True
             return False
 
     def _parse(self):

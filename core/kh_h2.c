@@ -746,12 +746,23 @@ static void h2_on_eof(kh_conn *c)
 {
     h2_conn *h = H(c);
     KH_LOG_DEBUG("c%u h2: peer FIN with %u stream(s) open", c->id, h->nstreams);
-    if (h->nstreams == 0 || (h->flags & H2_FAILED)) {
+    /* Nothing more will be read: a stream still waiting for request bytes can never complete
+     * (and a client that closed cannot be told apart from one that half-closed), so those are
+     * reset; streams whose request is complete are answered, behind a GOAWAY, and the flush pass
+     * closes once they are done. */
+    uint32_t answerable = 0;
+    if (!(h->flags & H2_FAILED)) {
+        for (kh_stream *s = h->streams; s; s = HS(s)->next) {
+            if (!(HS(s)->flags & HS_HEAD_DONE) || s->body_state == KH_BODY_READING)
+                nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_CANCEL);
+            else
+                answerable++;
+        }
+    }
+    if (answerable == 0) {
         kh_conn_close(c);
         return;
     }
-    /* The peer half-closed with requests in flight: nothing more will be read, so stop taking
-     * streams (GOAWAY) and answer those we have; the flush pass closes once they are done. */
     if (!(h->flags & H2_SHUTDOWN)) {
         h->flags |= H2_SHUTDOWN;
         nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,

@@ -293,6 +293,15 @@ describe("HTTP/2", function()
         local s2 = server.start { app = APP, args = { "--limit", "h2_max_concurrent_streams=7" } }
         local t = py(s2, "requests", '[{"path":"/"}]')
         assert.are.equal(7, t.settings["3"])
+        -- 7 streams waiting for their bodies at once are served
+        t = py(s2, "concurrency", 7)
+        assert.are.same({ 200, 200, 200 }, t.answered)
+        assert.is_true(absent(t.goaway))
+        -- an 8th after our SETTINGS were acknowledged breaks the limit the client knows:
+        -- nghttp2 makes that a connection error (RFC 9113 §5.1.2 allows a stream error)
+        t = py(s2, "concurrency", 8)
+        assert.are.equal("PROTOCOL_ERROR", t.goaway.code)
+        assert.are.equal(13, t.goaway.last_stream_id)
         s2:stop()
     end)
 end)

@@ -211,6 +211,24 @@ def mode_halfclose(port):
             "closed": closed, "goaway": c.goaway}
 
 
+def mode_concurrency(port, n):
+    # n POST streams that wait for their bodies: past SETTINGS_MAX_CONCURRENT_STREAMS the
+    # server refuses the extra ones (RFC 9113 §5.1.2) and keeps serving the others
+    import hpack
+    from h2raw import DATA, END_HEADERS, END_STREAM, HEADERS, SETTINGS, RawConn, frame, request_block
+    c = RawConn(port)
+    c.wait(lambda: c.frames.get(SETTINGS, 0) >= 2, 2)  # the server's SETTINGS and its ACK
+    enc = hpack.Encoder()
+    for i in range(n):
+        c.send(frame(HEADERS, END_HEADERS, 1 + 2 * i, request_block("/slow", "POST", [], enc)))
+    c.pump(0.5)
+    for i in range(3):
+        c.send(frame(DATA, END_STREAM, 1 + 2 * i, b"x"))
+    c.wait(lambda: all(1 + 2 * i in c.ended for i in range(3)), 5)
+    return {"resets": {str(k): v for k, v in c.resets.items()}, "goaway": c.goaway,
+            "answered": [c.status(1 + 2 * i) for i in range(3)]}
+
+
 def mode_idle(port):
     cl = Client(port)
     t0 = time.time()
@@ -229,6 +247,8 @@ def main():
         out = mode_rst_wait(port)
     elif mode == "halfclose":
         out = mode_halfclose(port)
+    elif mode == "concurrency":
+        out = mode_concurrency(port, int(sys.argv[3]))
     elif mode == "idle":
         out = mode_idle(port)
     else:

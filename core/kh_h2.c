@@ -455,8 +455,13 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
 
 static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
-    (void)ud;
+    h2_conn *h = ud;
     int32_t id = f->hd.stream_id;
+    /* Resets we send for the peer's malformed streams count like the peer's own: a stream of
+     * bad requests is a reset flood too (CVE-2019-9514). */
+    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR &&
+        f->rst_stream.error_code != NGHTTP2_CANCEL)
+        count_frame(h, 1);
     if (!((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
           (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && id > 0 &&
           nghttp2_session_get_stream_remote_close(ng, id) == 0))

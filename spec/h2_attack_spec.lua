@@ -37,7 +37,13 @@ describe("HTTP/2 under attack", function()
 
     local function check(t, code)
         assert.are.equal("table", type(t.goaway), "no GOAWAY: " .. cjson.encode(t))
-        assert.are.equal(code, t.goaway.code, cjson.encode(t))
+        if type(code) == "table" then -- any of these
+            local ok = false
+            for _, c in ipairs(code) do ok = ok or c == t.goaway.code end
+            assert.is_true(ok, cjson.encode(t))
+        else
+            assert.are.equal(code, t.goaway.code, cjson.encode(t))
+        end
         assert.is_true(t.closed, "the attacking connection stayed open")
         assert.are.equal(0, t.good_failed, "the other client failed: " .. cjson.encode(t.good_errors))
         assert.is_true(t.good_ok > 0, "the other client got no answer")
@@ -49,6 +55,15 @@ describe("HTTP/2 under attack", function()
         local t = attack(srv, "rapid_reset")
         check(t, "ENHANCE_YOUR_CALM")
         -- cut off after h2_peer_resets (200) per second, far before the 20000 pairs
+        assert.is_true(t.sent < 20000)
+    end)
+
+    it("refuses a flood of malformed requests it must reset (CVE-2019-9514)", function()
+        local t = attack(srv, "malformed")
+        -- our cap (our own resets count toward h2_peer_resets) says ENHANCE_YOUR_CALM; when
+        -- more than h2_max_concurrent_streams arrive in one read, streams not yet reset still
+        -- count and nghttp2 ends the connection first with PROTOCOL_ERROR
+        check(t, { "ENHANCE_YOUR_CALM", "PROTOCOL_ERROR" })
         assert.is_true(t.sent < 20000)
     end)
 

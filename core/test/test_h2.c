@@ -266,7 +266,10 @@ static void finish(void)
     nghttp2_session_del(client);
 }
 
-#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1, NGHTTP2_NV_FLAG_NONE}
+#define NV(n, v)                                                                                   \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1, NGHTTP2_NV_FLAG_NONE         \
+    }
 
 static int32_t get(const char *method, const char *path)
 {
@@ -334,7 +337,8 @@ int main(void)
     pump();
     kh_is_int(R[e].status, 201, "a 300000-byte upload is echoed");
     kh_is_int(R[e].body, 300000, "every byte back");
-    kh_ok(window_updates > 0, "windows were given back as the body was buffered (%d)", window_updates);
+    kh_ok(window_updates > 0, "windows were given back as the body was buffered (%d)",
+          window_updates);
     finish();
 
     kh_subtest("413 past body_bytes, the connection goes on");

@@ -312,6 +312,7 @@ static int32_t post(const char *path, size_t len)
 
 int main(void)
 {
+    kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain")};
     setup();
 
     kh_subtest("GET and HEAD");
@@ -377,13 +378,33 @@ int main(void)
     kh_is_int(goaway_code, NGHTTP2_NO_ERROR, "GOAWAY(NO_ERROR)");
     kh_is_int(goaway_last, h, "last_stream_id is the stream in flight");
     kh_ok(!(C->flags & KH_CONN_F_CLOSE_AFTER_WRITE), "the connection stays open for it");
-    kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain")};
     kh_stream_respond(held, 200, &ct, 1, "late", 4);
     kh_stream_release(held);
     held = NULL;
     pump();
     kh_is_int(R[h].status, 200, "the held stream is answered after the GOAWAY");
     kh_ok(C->flags & KH_CONN_F_CLOSE_AFTER_WRITE, "then the connection closes");
+    finish();
+
+    kh_subtest("a streamed response: DEFERRED until the next bytes, then resumed");
+    start(NULL);
+    int32_t sr = get("GET", "/hold");
+    pump();
+    kh_stream *hs = held;
+    kh_ok(hs != NULL, "held");
+    kh_is_int(kh_stream_send_head(hs, 200, &ct, 1, -1), 0, "head without a length");
+    pump();
+    kh_is_int(R[sr].status, 200, "the head is out before any body byte");
+    kh_ok(!R[sr].ended, "the stream stays open");
+    kh_stream_send_data(hs, "abc", 3, 0);
+    pump();
+    kh_is_int(R[sr].body, 3, "the first bytes arrive (provider resumed)");
+    kh_stream_send_data(hs, "defg", 4, 1);
+    pump();
+    kh_is_int(R[sr].body, 7, "then the rest");
+    kh_ok(R[sr].ended && R[sr].clen[0] == 0, "END_STREAM, and no content-length");
+    kh_stream_release(hs);
+    held = NULL;
     finish();
 
     kh_subtest("a peer reset reaches a handler waiting for its body");

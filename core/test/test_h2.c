@@ -422,6 +422,39 @@ int main(void)
     kh_is_int(aborted, 1, "the app's on_abort ran");
     finish();
 
+    kh_subtest("ALPN path: kh_h2_start on a fresh connection, before any byte");
+    start(NULL);
+    kh_conn_close(C);
+    W.flush_head = NULL;
+    W.flush_tail = &W.flush_head;
+    uv_run(&W.loop, UV_RUN_NOWAIT);
+    nghttp2_session_del(client);
+    kh_buf_release(&in, &W.bufs);
+    {
+        nghttp2_session_callbacks *cb;
+        nghttp2_session_callbacks_new(&cb);
+        nghttp2_session_callbacks_set_on_header_callback(cb, c_on_header);
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, c_on_data);
+        nghttp2_session_callbacks_set_on_frame_recv_callback(cb, c_on_frame);
+        nghttp2_session_client_new(&client, cb, NULL);
+        nghttp2_session_callbacks_del(cb);
+    }
+    memset(R, 0, sizeof R);
+    C = new_conn();
+    kh_h2_start(C); /* what kh_tls does when ALPN picked "h2" */
+    kh_ok(C->proto == &kh_h2_proto, "the connection speaks h2");
+    /* the server's SETTINGS leave first, before the client said anything */
+    W.flush_head = NULL;
+    W.flush_tail = &W.flush_head;
+    C->flags &= ~KH_CONN_F_IN_FLUSH;
+    C->proto->on_flush(C);
+    kh_ok(C->out.len >= 9 && C->out.base[3] == NGHTTP2_SETTINGS, "SETTINGS queued at once");
+    nghttp2_submit_settings(client, NGHTTP2_FLAG_NONE, NULL, 0);
+    int32_t al = get("GET", "/");
+    pump();
+    kh_is_int(R[al].status, 200, "a request after the preface is answered");
+    finish();
+
     kh_subtest("a header list over header_bytes: 431 on its stream");
     start(NULL);
     static char big_value[20000];

@@ -21,7 +21,9 @@
     X(write_timeout_ms, 30000, 50, 3600000, "max time a response write may stall")                 \
     X(connections, 100000, 1, 10000000, "open connections per worker")                             \
     X(lua_coroutine_cache, 1024, 0, 1000000, "finished coroutines kept for reuse per worker")     \
-    X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing")
+    X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing") \
+    X(tls_handshake_timeout_ms, 10000, 50, 3600000, "time for a TLS handshake to complete")       \
+    X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -323,9 +323,11 @@ static void shutdown_cb(uv_shutdown_t *req, int status)
 {
     kh_conn *c = req->data;
     free(req);
-    if (status != 0 || (c->flags & KH_CONN_F_CLOSING))
-        return;
-    if (c->flags & KH_CONN_F_EOF || c->w->limits->lingering_close_ms == 0) {
+    if (c->flags & KH_CONN_F_CLOSING)
+        return; /* UV_ECANCELED from uv_close */
+    /* A failed shutdown (ENOTCONN: the peer already reset) has nothing left to drain; before,
+     * this returned and left the connection open with no timer until the grace period. */
+    if (status != 0 || (c->flags & KH_CONN_F_EOF) || c->w->limits->lingering_close_ms == 0) {
         kh_conn_close(c);
         return;
     }

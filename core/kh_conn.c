@@ -1,5 +1,8 @@
 /* kh_conn.c: TCP connection I/O and lifecycle (see kh_conn.h).
- * Owns:  the socket and the bytes around it; frees itself only in uv_close's callback.
+ * Owns:  the socket and the bytes around it; frees itself only in uv_close's callback. On a
+ *        TLS listener the bytes on the socket are ciphertext: read_cb hands them to kh_tls_read
+ *        (plaintext lands in `in`), write_out writes what kh_tls_write made of `out`, and a
+ *        graceful close queues close_notify first; everything else is the same for both.
  * In:    libuv read/write callbacks, the worker's flush pass and timeouts.
  * Out:   kh_proto_vt calls; bytes to the socket.
  * Never: parses HTTP, calls Lua, or frees memory that a callback on the stack still uses. */
@@ -173,10 +176,19 @@ static void tls_read(kh_conn *c, const char *p, size_t n)
     }
     if (c->in.len > before)
         c->flags |= KH_CONN_F_HAS_INPUT;
-    if (c->in.len && c->proto)
-        feed(c, c->in.base, c->in.len, 1);
-    else if (c->flags & KH_CONN_F_PAUSED)
+    if (c->in.len && c->proto && before) {
+        feed(c, c->in.base, c->in.len, 1); /* as read_cb does when `in` held bytes already */
+    } else if (c->in.len && c->proto) {
+        /* Fresh plaintext only: offer it the way read_cb offers the slab, with `in` empty while
+         * the protocol looks (h1 reads in.len as "bytes of a next request are waiting"); what
+         * it leaves is copied back into `in`. */
+        kh_buf plain = c->in;
+        memset(&c->in, 0, sizeof c->in);
+        feed(c, plain.base, plain.len, 0);
+        kh_buf_release(&plain, &c->w->bufs);
+    } else if (c->flags & KH_CONN_F_PAUSED) {
         stop_reading(c);
+    }
     if (r == 1 && !(c->flags & KH_CONN_F_CLOSING)) {
         stop_reading(c); /* close_notify: no more input, as with a FIN */
         c->flags |= KH_CONN_F_EOF;
@@ -382,6 +394,10 @@ static void write_out(kh_conn *c)
     if (c->writing)
         return;
     kh_buf *src = c->tls ? kh_tls_write(c->tls, &c->out) : &c->out;
+    if (src == NULL) {
+        kh_conn_close(c);
+        return;
+    }
     if (src->len == 0)
         return;
     uv_buf_t b = uv_buf_init(src->base, (unsigned)src->len);

@@ -515,13 +515,14 @@ kh_buf *kh_tls_write(kh_tls *s, kh_buf *plain)
                               (int)KH_MIN(plain->len - off, (size_t)INT_MAX / 2));
             if (k <= 0) {
                 fail(s, "write", k);
-                break;
+                kh_buf_release(plain, &s->c->w->bufs);
+                return NULL;
             }
             off += (size_t)k;
         }
     }
     if (plain->len && (s->established || s->failed))
-        kh_buf_release(plain, &s->c->w->bufs);
+        kh_buf_release(plain, &s->c->w->bufs); /* after a failure or close_notify: dropped */
     return &s->cipher;
 }
 

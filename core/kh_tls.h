@@ -49,7 +49,8 @@ void kh_tls_free(kh_tls *s, kh_bufcache *bufs);
  * failed handshake: logged at DEBUG). */
 int kh_tls_read(kh_tls *s, const char *p, size_t n);
 /* Encrypts the plaintext in `plain` (emptied) and returns the buffer of ciphertext to write,
- * which may also hold handshake bytes; the caller may take its memory. */
+ * which may also hold handshake bytes or an alert; the caller may take its memory. NULL when
+ * encryption failed: the connection must close. */
 kh_buf *kh_tls_write(kh_tls *s, kh_buf *plain);
 /* Queues close_notify (RFC 8446 §6.1) once; returns 1 if bytes were added. */
 int kh_tls_close_notify(kh_tls *s);

@@ -168,6 +168,81 @@ describe("TLS", function()
         end)
     end)
 
+    describe("keep-alive", function()
+        -- luasec (Debian lua-sec) for a TLS connection the spec controls byte by byte
+        local ssl = require "ssl"
+        local socket = require "socket"
+
+        local function tls_conn(l)
+            local tcp = assert(socket.tcp())
+            tcp:settimeout(3)
+            assert(tcp:connect(l.host, l.port))
+            local c = assert(ssl.wrap(tcp, { mode = "client", protocol = "any", verify = "none",
+                alpn = "http/1.1" }))
+            c:settimeout(3)
+            assert(c:dohandshake())
+            return c
+        end
+
+        local function get(c, path)
+            assert(c:send("GET " .. path .. " HTTP/1.1\r\nHost: x\r\n\r\n"))
+            local head = {}
+            while true do
+                local line = assert(c:receive("*l"))
+                if line == "" then break end
+                head[#head + 1] = line
+            end
+            local len = tonumber(table.concat(head, "\n"):lower():match("content%-length: *(%d+)"))
+            return head[1], assert(c:receive(len))
+        end
+
+        it("waits for the next request with the idle timeout, not the header timeout", function()
+            local srv = server.start { app = APP, tls = true,
+                args = { "--header-timeout-ms", "400", "--keepalive-timeout-ms", "1500" } }
+            local ok, err = pcall(function()
+                local c = tls_conn(srv.tls_listens[1])
+                local status, body = get(c, "/")
+                assert.are.equal("HTTP/1.1 200 OK", status)
+                assert.are.equal("hello over tls", body)
+                server.sleep(0.9) -- past header_timeout_ms, within keepalive_timeout_ms
+                status, body = get(c, "/scheme")
+                assert.are.equal("GET /scheme", body)
+                -- then the idle timeout closes it
+                c:settimeout(4)
+                local t0 = server.now()
+                local _, rerr = c:receive(1)
+                -- a timeout closes without close_notify, as nginx does: luasec says so
+                assert.truthy(rerr == "closed" or rerr == "unexpected eof while reading", rerr)
+                local took = server.now() - t0
+                assert.is_true(took > 1 and took < 3, "closed after " .. took .. " s")
+                c:close()
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+
+        it("answers pipelined requests sent in one TLS record, in order", function()
+            local srv = server.start { app = APP, tls = true }
+            local ok, err = pcall(function()
+                local c = tls_conn(srv.tls_listens[1])
+                assert(c:send("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /scheme HTTP/1.1\r\nHost: x\r\n\r\n"))
+                local data = ""
+                server.wait_until(3, function()
+                    local chunk, e, partial = c:receive(4096)
+                    data = data .. (chunk or partial or "")
+                    return #server.parse_responses(data) >= 2 or e == "closed"
+                end)
+                local list = server.parse_responses(data)
+                assert.are.equal(2, #list)
+                assert.are.equal("hello over tls", list[1].body)
+                assert.are.equal("GET /scheme", list[2].body)
+                c:close()
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+    end)
+
     describe("--tls12", function()
         it("accepts TLS 1.2 (ECDHE with AEAD only) and still prefers TLS 1.3", function()
             local srv = server.start { app = APP, tls = true, args = { "--tls12" } }

@@ -19,7 +19,8 @@
 #
 # Env knobs (defaults): SERVERS="khamsin nginx-lua" CONNS=256 ROUNDS=3 DURATION=10 WARMUP=2
 #   HS_SECONDS=10 HS_CLIENTS=4 IDLE_CONNS=5000 PARTS="load hs idle" BASE_PORT=24080
-#   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 KEEP_TMP=0
+#   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 KEEP_TMP=0 QUIET_WAIT=20
+#   QUIET_BUDGET=120 (s to wait for a quiet box before a window / per run)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -140,6 +141,26 @@ stop_server() { # pid: TERM the tree, then KILL what is left
   LIVE=("${keep[@]}")
 }
 
+# waits (at most QUIET_WAIT s per window, QUIET_BUDGET s per run) until the box is quiet: other
+# engineers' jobs on the same machine would otherwise land in a window
+QUIET_WAIT=${QUIET_WAIT:-20}
+QUIET_BUDGET=${QUIET_BUDGET:-120}
+WAITED=0
+quiet() {
+  local left=$((QUIET_BUDGET - WAITED)) w
+  ((left > 0)) || return 0
+  w=$($PY $LIB quiet "$((left < QUIET_WAIT ? left : QUIET_WAIT))")
+  WAITED=$((WAITED + ${w%.*}))
+}
+# "  [server core outside the server: N%]": busy time of the server core not charged to the
+# server (other tasks, and kernel softirq work for loopback packets, which is not all charged to
+# the server); informative, since the per-CPU-second figures count only the server's own time
+noise() {
+  local o
+  o=$(jget "$1" other)
+  awk -v o="$o" 'BEGIN { printf "  [server core outside the server: %.0f%%]", o * 100 }'
+}
+
 jget() { $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print(d[sys.argv[2]])" "$@"; }
 
 # ------------------------------------------------------------------- setup ---
@@ -165,7 +186,7 @@ has "$SERVERS" khamsin && log "khamsin:  $KHAMSIN_BIN (sha256 $(sha256sum "$KHAM
 log "nginx:    $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(nginx -V 2>&1 | grep -o 'built with OpenSSL [^ ]*' || true), lua module $(dpkg-query -W -f='${Version}' libnginx-mod-http-lua 2>/dev/null): listen ssl, ssl_protocols TLSv1.3, tickets on, worker_processes 1"
 log "openssl:  $(openssl version)   wrk: $(wrk -v 2>&1 | head -1 | sed 's/ Copyright.*//')"
 log "cpu:      $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc --all) cores; servers on core $SERVER_CORE, clients on core $WRK_CORE"
-log "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg)"
+log "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg) (at start); before each window waits up to ${QUIET_WAIT}s (${QUIET_BUDGET}s per run) for both cores >= 90% idle"
 log ""
 
 # -------------------------------------------------------------------- load ---
@@ -175,9 +196,10 @@ if has "$PARTS" load; then
   for ((r = 1; r <= ROUNDS; r++)); do
     for s in $SERVERS; do
       port=$(port_of "$s")
+      quiet
       start_server "$s"
       taskset -c "$WRK_CORE" wrk -t1 -c"$CONNS" -d"${WARMUP}s" "https://127.0.0.1:$port/" >/dev/null
-      $PY $LIB window "$SPID" "$WRK_CORE" -- wrk -t1 -c"$CONNS" -d"${DURATION}s" "https://127.0.0.1:$port/" >"$TMP/w.json"
+      $PY $LIB window "$SPID" "$WRK_CORE" "$SERVER_CORE" -- wrk -t1 -c"$CONNS" -d"${DURATION}s" "https://127.0.0.1:$port/" >"$TMP/w.json"
       stop_server "$SPID"
       out=$(jget "$TMP/w.json" out)
       cpu=$(jget "$TMP/w.json" cpu_s)
@@ -186,7 +208,7 @@ if has "$PARTS" load; then
       errs=$(grep -E 'Socket errors|Non-2xx' <<<"$out" || true)
       [[ -n $rps ]] || fail "$s: no wrk result: $out"
       printf '%s %s %s %s %s\n' "$s" "$r" "$rps" "$reqs" "$cpu" >>"$TMP/load.txt"
-      log "  round $r $s: $rps req/s, $reqs requests, server CPU ${cpu}s => $(awk -v a="$reqs" -v b="$cpu" 'BEGIN{printf "%.0f", a/b}') req/CPU-s ${errs:+  !! $errs}"
+      log "  round $r $s: $rps req/s, $reqs requests, server CPU ${cpu}s => $(awk -v a="$reqs" -v b="$cpu" 'BEGIN{printf "%.0f", a/b}') req/CPU-s$(noise "$TMP/w.json")${errs:+  !! $errs}"
     done
   done
   log "  median over rounds:"
@@ -210,9 +232,10 @@ if has "$PARTS" hs; then
   for mode in new reuse; do
     for s in $SERVERS; do
       port=$(port_of "$s")
+      quiet
       start_server "$s"
       cmd="for i in \$(seq $HS_CLIENTS); do openssl s_time -connect 127.0.0.1:$port -$mode -www / -time $HS_SECONDS >$TMP/st.\$i 2>&1 & done; wait; cat $TMP/st.*"
-      $PY $LIB window "$SPID" "$WRK_CORE" -- sh -c "$cmd" >"$TMP/w.json"
+      $PY $LIB window "$SPID" "$WRK_CORE" "$SERVER_CORE" -- sh -c "$cmd" >"$TMP/w.json"
       stop_server "$SPID"
       out=$(jget "$TMP/w.json" out)
       cpu=$(jget "$TMP/w.json" cpu_s)
@@ -222,8 +245,8 @@ if has "$PARTS" hs; then
       reused=$(grep -v 'connections' <<<"$out" | tr -cd 'r' | wc -c)
       fresh=$(grep -v 'connections' <<<"$out" | tr -cd '*' | wc -c)
       ((n > 0)) || fail "$s $mode: no s_time result: $out"
-      log "  $(printf '%-10s -%-5s %7d handshakes in %5.1f s = %6.0f /s, server CPU %5.2f s => %6.0f /CPU-s  (s_time marks: %d reused, %d new)' \
-        "$s" "$mode" "$n" "$wall" "$(awk -v n="$n" -v w="$wall" 'BEGIN{print n/w}')" "$cpu" "$(awk -v n="$n" -v c="$cpu" 'BEGIN{print n/c}')" "$reused" "$fresh")"
+      log "  $(printf '%-10s -%-5s %7d handshakes in %5.1f s = %6.0f /s, server CPU %5.2f s => %6.0f /CPU-s  (s_time marks: %d reused, %d new)%s' \
+        "$s" "$mode" "$n" "$wall" "$(awk -v n="$n" -v w="$wall" 'BEGIN{print n/w}')" "$cpu" "$(awk -v n="$n" -v c="$cpu" 'BEGIN{print n/c}')" "$reused" "$fresh" "$(noise "$TMP/w.json")")"
       echo "$s $mode $(awk -v n="$n" -v w="$wall" 'BEGIN{print n/w}') $(awk -v n="$n" -v c="$cpu" 'BEGIN{print n/c}')" >>"$TMP/hs.txt"
     done
     if has "$SERVERS" khamsin && has "$SERVERS" nginx-lua; then

@@ -2,9 +2,13 @@
 """bench/lib/tlsbench.py: measuring helpers for bench/tls.sh (stdlib only; /usr/bin/python3).
 
   tlsbench.py waitready PORT PID SECS         wait until a TLS GET / answers 200 (or PID died)
-  tlsbench.py window ROOT CORE -- CMD...      run CMD pinned to CORE; print JSON: the server
+  tlsbench.py window ROOT CORE SCORE -- CMD...
+                                              run CMD pinned to CORE; print JSON: the server
                                               tree's CPU seconds (utime+stime from /proc) over
-                                              the run, wall seconds, and CMD's output
+                                              the run, wall seconds, CMD's output, and `other`:
+                                              the share of the server core SCORE used by
+                                              anything but the server (noise)
+  tlsbench.py quiet SECS                      wait up to SECS until both cores are >= 90% idle
   tlsbench.py idle PORT ROOT N CORE [--tls]   open N connections (TLS 1.3 when --tls), one GET
                                               each, keep them open; print the PSS delta of the
                                               server tree per connection
@@ -69,6 +73,35 @@ def cpu_delta(before, after):
     return sum(t - before.get(k, 0) for k, t in after.items()) / CLK_TCK
 
 
+def core_busy(core):
+    """busy ticks (everything but idle and iowait) of one core, from /proc/stat"""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith(f"cpu{core} "):
+                v = [int(x) for x in line.split()[1:]]
+                return sum(v) - v[3] - v[4]
+    return 0
+
+
+def all_idle_share(secs=0.5):
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]
+    t0, i0 = snap()
+    time.sleep(secs)
+    t1, i1 = snap()
+    return (i1 - i0) / max(1, t1 - t0)
+
+
+def cmd_quiet(secs):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < secs:
+        if all_idle_share() >= 0.9:
+            break
+    print(f"{time.monotonic() - t0:.1f}")
+
+
 def pss_kib(root):
     total = 0
     for pid in tree(root):
@@ -125,13 +158,16 @@ def cmd_waitready(port, pid, secs):
     die(f"port {port}: no TLS answer within {secs}s")
 
 
-def cmd_window(root, core, cmd):
+def cmd_window(root, core, score, cmd):
     before = cpu_ticks(root)
+    busy0 = core_busy(score)
     t0 = time.monotonic()
     out = subprocess.run(["taskset", "-c", core] + cmd, capture_output=True, text=True)
     wall = time.monotonic() - t0
     cpu = cpu_delta(before, cpu_ticks(root))
-    print(json.dumps(dict(cpu_s=cpu, wall_s=wall, rc=out.returncode, out=out.stdout + out.stderr)))
+    other = max(0.0, (core_busy(score) - busy0) / CLK_TCK - cpu) / wall
+    print(json.dumps(dict(cpu_s=cpu, wall_s=wall, other=other, rc=out.returncode,
+                          out=out.stdout + out.stderr)))
 
 
 def cmd_idle(port, root, n, core, use_tls):
@@ -191,7 +227,9 @@ def main():
         cmd_waitready(int(a[1]), int(a[2]), a[3])
     elif a[0] == "window":
         i = a.index("--")
-        cmd_window(int(a[1]), a[2], a[i + 1:])
+        cmd_window(int(a[1]), a[2], a[3], a[i + 1:])
+    elif a[0] == "quiet":
+        cmd_quiet(float(a[1]))
     elif a[0] == "idle":
         cmd_idle(int(a[1]), int(a[2]), int(a[3]), a[4], "--tls" in a)
     else:

@@ -243,6 +243,29 @@ describe("TLS", function()
         end)
     end)
 
+    describe("session ticket keys", function()
+        it("rotate: a ticket resumes while its key is current or previous, not after", function()
+            -- tls_ticket_rotate_s = 2: a key encrypts for 2 s, then only decrypts until it is 4 s old
+            local srv = server.start { app = APP, tls = true, args = { "--tls-ticket-rotate-s", "2" } }
+            local ok, err = pcall(function()
+                local dir = tmpdir()
+                local sess = dir .. "/sess.pem"
+                local t0 = server.now()
+                local out = s_client(srv, "-sess_out " .. sess)
+                assert.truthy(out:find("New, TLSv1.3", 1, true), out)
+                server.sleep(math.max(0, t0 + 1.5 - server.now()))
+                out = s_client(srv, "-sess_in " .. sess)
+                assert.truthy(out:find("Reused, TLSv1.3", 1, true), out) -- a new ticket now rotates the key
+                server.sleep(math.max(0, t0 + 6.5 - server.now()))
+                out = s_client(srv, "-sess_in " .. sess)
+                assert.truthy(out:find("New, TLSv1.3", 1, true), out) -- its key is gone: full handshake
+                os.execute("rm -rf " .. sh_quote(dir))
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+    end)
+
     describe("--tls12", function()
         it("accepts TLS 1.2 (ECDHE with AEAD only) and still prefers TLS 1.3", function()
             local srv = server.start { app = APP, tls = true, args = { "--tls12" } }

@@ -267,7 +267,9 @@ static int add_ext(X509 *x, int nid, const char *value)
     return r == 1 ? 0 : -1;
 }
 
-/* A P-256 certificate for localhost, 127.0.0.1 and ::1, valid from an hour ago for 30 days. */
+/* A P-256 certificate for localhost, 127.0.0.1 and ::1, valid from an hour ago for 365 days
+ * (its key lives only in this process, so a long validity exposes nothing; browsers cap leaf
+ * certificates at 398 days, and testssl rates "expires in < 60 days" as a finding). */
 static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
 {
     char e[256];
@@ -278,7 +280,7 @@ static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
              BN_rand(serial, 63, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
              BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(x)) != NULL &&
              X509_gmtime_adj(X509_getm_notBefore(x), -3600) != NULL &&
-             X509_gmtime_adj(X509_getm_notAfter(x), 30L * 24 * 3600) != NULL &&
+             X509_gmtime_adj(X509_getm_notAfter(x), 365L * 24 * 3600) != NULL &&
              X509_set_pubkey(x, pk) == 1 &&
              X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
                                         (const unsigned char *)"localhost", -1, -1, 0) == 1 &&

@@ -69,14 +69,14 @@ end
 
 local new_req, new_res, finish = request.new, response.new, response.finish
 
+local function serve(handler, req, res)
+    return finish(res, handler(req, res))
+end
+
 function k._run(handler, s, gen)
     local req, res = new_req(s, gen), new_res(s, gen)
-    local ok, a, b, c = xpcall(handler, on_error, req, res)
-    if ok then
-        ok, a = xpcall(finish, on_error, res, a, b, c)
-        if ok then return end
-    end
-    response.fail(req, res, a)
+    local ok, e = xpcall(serve, on_error, handler, req, res)
+    if not ok then response.fail(req, res, e) end
 end
 
 return k

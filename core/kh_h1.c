@@ -184,14 +184,15 @@ static int has_token(kh_str v, const char *token, size_t tlen)
     return 0;
 }
 
-/* An Upgrade to h2c we take (RFC 7540 §3.2): cleartext HTTP/1.1, exactly one HTTP2-Settings,
+/* An Upgrade to h2c we take (RFC 7540 §3.2): cleartext HTTP/1.1 (over TLS, h2 is ALPN's
+ * business, RFC 9113 §3.2), exactly one HTTP2-Settings,
  * and no request body (a body would have to be read as HTTP/1.1 first; we keep HTTP/1.1 for
  * those, which the client must accept). Returns the HTTP2-Settings field, or NULL. */
 static const kh_h1_field *h2c_upgrade(kh_conn *c, const kh_h1_head *head, const kh_h1_field *f)
 {
     if (!(head->flags & KH_H1_F_HAS_UPGRADE) || !(head->flags & KH_H1_F_CONN_UPGRADE) ||
         head->minor_version < 1 || !has_token(head->upgrade, "h2c", 3) || c->w->stopping ||
-        (H(c)->flags & H1_SHUTDOWN) || head->body_kind == KH_H1_BODY_CHUNKED ||
+        c->tls || (H(c)->flags & H1_SHUTDOWN) || head->body_kind == KH_H1_BODY_CHUNKED ||
         (head->body_kind == KH_H1_BODY_LENGTH && head->content_length != 0))
         return NULL;
     const kh_h1_field *settings = NULL;

@@ -28,7 +28,9 @@
     X(h2_out_high_water, 131072, 16384, 67108864, "HTTP/2 bytes queued for the socket before output and input pause") \
     X(h2_max_continuations, 8, 0, 1024, "HTTP/2 CONTINUATION frames after one HEADERS frame")   \
     X(h2_flood_frames, 1000, 10, 1000000, "HTTP/2 PING/SETTINGS/PRIORITY/empty DATA frames per second (then GOAWAY)") \
-    X(h2_peer_resets, 200, 1, 1000000, "HTTP/2 RST_STREAM frames a peer may send per second (then GOAWAY)")
+    X(h2_peer_resets, 200, 1, 1000000, "HTTP/2 RST_STREAM frames a peer may send per second (then GOAWAY)") \
+    X(tls_handshake_timeout_ms, 10000, 50, 3600000, "time for a TLS handshake to complete")       \
+    X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -23,6 +23,7 @@ typedef struct kh_listen_addr {
     char host[64];
     int port;          /* after binding: the real port (0 resolved) */
     int family;        /* AF_INET | AF_INET6 */
+    int tls;           /* connections on it speak TLS (kh_config.tls) */
     int *fds;          /* one SO_REUSEPORT socket per worker */
 } kh_listen_addr;
 
@@ -37,6 +38,7 @@ typedef struct kh_config {
     kh_listen_addr *listens;
     int num_listens;
     const kh_app_vt *app;
+    struct kh_tls_ctx *tls; /* certificates and ticket keys for TLS listeners, or NULL */
 } kh_config;
 
 enum kh_timeout_kind {
@@ -46,6 +48,7 @@ enum kh_timeout_kind {
     KH_TO_BODY,
     KH_TO_WRITE,
     KH_TO_LINGER,
+    KH_TO_TLS_HANDSHAKE,
     KH_TO__COUNT
 };
 

@@ -196,6 +196,43 @@ describe("HTTP/2", function()
         end)
     end)
 
+    describe("over TLS (ALPN h2)", function()
+        local function tls_url(path)
+            local l = srv.tls_listens[1]
+            return "https://" .. l.host .. ":" .. l.port .. path
+        end
+
+        it("curl --http2 negotiates h2 and the handler answers the same", function()
+            local r = srv:request { proto = "h2", path = "/users/9?x=1" }
+            assert.are.equal(200, r.status)
+            assert.are.equal("2", r.version)
+            local t = cjson.decode(r.body)
+            assert.are.equal("9", t.id)
+            assert.are.equal("2.0", t.version)
+            r = srv:request { proto = "h2", method = "POST", path = "/echo", body = ("b"):rep(100000) }
+            assert.are.equal(201, r.status)
+            assert.are.equal(100000, #r.body)
+        end)
+
+        it("answers nghttp and h2load (2000 requests, 10 x 10, none failed)", function()
+            -- (nghttp warns on stderr that the self-signed certificate does not verify)
+            local out, code = sh("timeout 10 nghttp " .. tls_url("/users/4") .. " 2>/dev/null")
+            assert.are.equal(0, code, out)
+            assert.are.equal("4", cjson.decode(out:match("%b{}")).id)
+            out = sh("timeout 60 h2load -n 2000 -c 10 -m 10 " .. tls_url("/"))
+            assert.truthy(out:match("Application protocol: h2"), out)
+            assert.truthy(out:match("2000 succeeded, 0 failed, 0 errored"), out)
+        end)
+
+        it("never upgrades to h2c over TLS (RFC 9113 §3.2: ALPN decides)", function()
+            local r = srv:request { proto = "h1+tls", path = "/", headers = {
+                { "Connection", "Upgrade, HTTP2-Settings" }, { "Upgrade", "h2c" },
+                { "HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA" } } }
+            assert.are.equal(200, r.status)
+            assert.are.equal("1.1", r.version)
+        end)
+    end)
+
     describe("python3-h2", function()
         it("advertises the limits in SETTINGS", function()
             local t = py(srv, "requests", '[{"path":"/"}]')

@@ -342,9 +342,8 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
     if (s == NULL)
         return 0;
     h2_stream *hs = HS(s);
-    if (hs->flags & HS_HEAD_DONE)
-        return 0; /* trailers: not passed to the app (as on HTTP/1.1) */
     const kh_limits *l = c->w->limits;
+    /* counted for trailers too (head + trailers share the bomb limit below) */
     hs->hbytes += (uint32_t)KH_MIN(nlen + vlen + 32, UINT32_MAX / 2);
     if (!(nlen && name[0] == ':'))
         hs->nfields++;
@@ -356,6 +355,8 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
         fail(h, NGHTTP2_ENHANCE_YOUR_CALM, "header list bomb");
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
+    if (hs->flags & HS_HEAD_DONE)
+        return 0; /* trailers: not passed to the app (as on HTTP/1.1) */
     if (hs->hbytes > l->header_bytes || hs->nfields > l->header_fields) {
         hs->flags |= HS_TOO_LARGE; /* answered 431; the block is still decoded (HPACK state) */
         kh_buf_release(&hs->buf, &c->w->bufs);

@@ -21,7 +21,13 @@
     X(write_timeout_ms, 30000, 50, 3600000, "max time a response write may stall")                 \
     X(connections, 100000, 1, 10000000, "open connections per worker")                             \
     X(lua_coroutine_cache, 1024, 0, 1000000, "finished coroutines kept for reuse per worker")     \
-    X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing")
+    X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing") \
+    X(pool_threads, 0, 0, 1024, "k.blocking pool threads (0: one per core)")                      \
+    X(pool_queue, 64, 1, 65536, "queued k.blocking jobs per pool thread (then 503)")              \
+    X(pool_msg_bytes, 8388608, 64, 1073741824, "max bytes of copied k.blocking/publish values")   \
+    X(slice_warn_ms, 20, 0, 600000, "log a Lua slice that runs longer (0: off)")                  \
+    X(defer_timeout_ms, 60000, 1, 86400000, "default res:defer() timeout (then 504)")             \
+    X(stall_report_ms, 1000, 100, 3600000, "report a worker loop stalled this long")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -156,7 +156,7 @@ k.log = {
 local is_http, is_aborted = errors.is_http, errors.is_aborted
 
 local function on_error(e)
-    if is_http(e) or is_aborted(e) then return e end
+    if is_http(e) or is_aborted(e) or is_busy(e) then return e end
     local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value: "
         .. tostring(e) .. ")")
     return { traceback = traceback(msg, 2) }

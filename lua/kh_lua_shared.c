@@ -63,8 +63,10 @@ static int l_get(lua_State *L)
     size_t kl;
     const char *key = luaL_checklstring(L, 2, &kl);
     kh_shdict_value v;
-    if (kh_shdict_get(d, key, kl, &v, &K->sh_buf, &K->sh_cap) != 0)
-        return 0;
+    if (kh_shdict_get(d, key, kl, &v, &K->sh_buf, &K->sh_cap) != 0) {
+        lua_pushnil(L);
+        return 1;
+    }
     switch (v.type) {
     case KH_SHDICT_BOOL:
         lua_pushboolean(L, v.num != 0);

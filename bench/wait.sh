@@ -7,17 +7,18 @@
 # Approach of bench/http1.sh: server pinned to SERVER_CORE, load to WRK_CORE, server CPU from
 # /proc/PID/stat (utime+stime of all its threads, pool threads included) over each wrk window.
 #
-#   bench/wait.sh                      # ~2 min; result in bench/results/wait-<stamp>.txt
-#   DURATION=3 bench/wait.sh           # quicker
-# Env: DURATION=8 CONNS=64 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
+#   bench/wait.sh                      # ~3 min; result in bench/results/wait-<stamp>.txt
+#   DURATION=2 ROUNDS=1 bench/wait.sh  # quicker
+# Env: DURATION=5 ROUNDS=3 CONNS=256 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
 #      CLIENTS=500 SLOW_SECONDS=6 POOLS="2 8" PORT=24080 NGINX=1
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PY=/usr/bin/python3
 LIB=bench/lib/waitbench.py
-DURATION=${DURATION:-8}
-CONNS=${CONNS:-64}
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-256}
+ROUNDS=${ROUNDS:-3}
 SERVER_CORE=${SERVER_CORE:-1}
 WRK_CORE=${WRK_CORE:-0}
 CLIENTS=${CLIENTS:-500}
@@ -42,7 +43,8 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 exec > >(tee "$OUT") 2>&1
 echo "# bench/wait.sh $STAMP"
-echo "# command: ${BASH_SOURCE[0]} (DURATION=$DURATION CONNS=$CONNS CLIENTS=$CLIENTS SLOW_SECONDS=$SLOW_SECONDS POOLS=\"$POOLS\" SERVER_CORE=$SERVER_CORE WRK_CORE=$WRK_CORE)"
+echo "# command: ${BASH_SOURCE[0]} (DURATION=$DURATION ROUNDS=$ROUNDS CONNS=$CONNS CLIENTS=$CLIENTS SLOW_SECONDS=$SLOW_SECONDS POOLS=\"$POOLS\" SERVER_CORE=$SERVER_CORE WRK_CORE=$WRK_CORE)"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: other runs add noise)"
 echo "# machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uname -r)"
 echo "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD 2>/dev/null)), $(wrk --version 2>&1 | head -1 | cut -c1-40)"
 
@@ -59,14 +61,22 @@ stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
 echo
 echo "## 1. server CPU per request (1 worker, 1 pool thread, all on core $SERVER_CORE; wrk -c$CONNS, ${DURATION}s windows)"
 start_khamsin 1 1024
-printf '%-22s %10s %14s %10s %8s %7s\n' path req/s cpu_us/req cpu_share non2xx errors
+printf '%-22s %6s %10s %14s %10s %8s %7s\n' path round req/s cpu_us/req cpu_share non2xx errors
 declare -A CPU
-for path in / "/sleep0?n=1" "/sleep0?n=100" /pool /defer; do
-  $PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" 1 "$WRK_CORE" >/dev/null # warm-up
-  read -r rps cpu share non2xx errs < <($PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" "$DURATION" "$WRK_CORE")
-  CPU[$path]=$cpu
-  printf '%-22s %10s %14s %10s %8s %7s\n' "$path" "$rps" "$cpu" "$share" "$non2xx" "$errs"
+PATHS=(/ "/sleep0?n=1" "/sleep0?n=100" /pool /defer)
+for path in "${PATHS[@]}"; do
+  $PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" 1 "$WRK_CORE" >/dev/null # warm-up (JIT)
 done
+for ((r = 1; r <= ROUNDS; r++)); do # rounds interleave the paths: noise hits them alike
+  for path in "${PATHS[@]}"; do
+    read -r rps cpu share non2xx errs < <($PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" "$DURATION" "$WRK_CORE")
+    CPU[$path]="${CPU[$path]:-} $cpu"
+    printf '%-22s %6s %10s %14s %10s %8s %7s\n' "$path" "$r" "$rps" "$cpu" "$share" "$non2xx" "$errs"
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+for path in "${PATHS[@]}"; do CPU[$path]=$(echo "${CPU[$path]}" | median); done
+echo "medians (cpu_us/req): / ${CPU[/]}, sleep0 n=1 ${CPU[/sleep0?n=1]}, n=100 ${CPU[/sleep0?n=100]}, pool ${CPU[/pool]}, defer ${CPU[/defer]}"
 stop "$SPID"
 awk -v base="${CPU[/]}" -v s1="${CPU[/sleep0?n=1]}" -v s100="${CPU[/sleep0?n=100]}" \
     -v pool="${CPU[/pool]}" -v defer="${CPU[/defer]}" 'BEGIN {
@@ -87,7 +97,8 @@ for m in $POOLS; do
 import json, sys
 m, r = int(sys.argv[1]), json.loads(sys.argv[2])
 st, p = r["status"], r["probe"]
-print(f"pool_threads={m} queue={8 * m}: 200/s {r['rps']} (ideal {m * 10}, {100 * r['rps'] / (m * 10):.0f}%), "
+print(f"pool_threads={m} queue={8 * m}: 200/s steady {r['rps_steady']} (ideal {m * 10}, {100 * r['rps_steady'] / (m * 10):.0f}%; "
+      f"{r['rps']} over the whole run with ramp-up and drain), "
       f"200s {st.get('200', 0)}, 503s {st.get('503', 0)}, other {sum(v for k, v in st.items() if k not in ('200', '503'))}, "
       f"client errors {r['errors']}, over {r['seconds']} s; /health n={p['n']} p50 {p.get('p50_ms')} ms "
       f"p99 {p.get('p99_ms')} ms max {p.get('max_ms')} ms errors {p['errors']}")
@@ -120,10 +131,15 @@ http {
   server {
     listen 127.0.0.1:$PORT;
     location = / { content_by_lua_block { ngx.print("Hello, World!") } }
-    location = /health { content_by_lua_block { ngx.print("ok") } }
+    location = /health { content_by_lua_block { ngx.header["Content-Length"] = 2 ngx.print("ok") } }
     location = /slow { content_by_lua_block {
       local ok, res = ngx.run_worker_thread("luapool", "waitbench_pool", "sleep_ms", 100)
-      if not ok then ngx.status = 503; ngx.header["Retry-After"] = "1"; ngx.print(res); return end
+      -- explicit Content-Length: load.py reads Content-Length bodies only
+      if not ok then
+        res = tostring(res) ngx.status = 503 ngx.header["Retry-After"] = "1"
+        ngx.header["Content-Length"] = #res ngx.print(res) return
+      end
+      ngx.header["Content-Length"] = #res
       ngx.print(res)
     } }
   }
@@ -143,12 +159,13 @@ NGX
 import json, sys
 m, r, q = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 st, p = r["status"], r["probe"]
-print(f"nginx threads={m} max_queue={q}: 200/s {r['rps']} (ideal {m * 10}, {100 * r['rps'] / (m * 10):.0f}%), "
+print(f"nginx threads={m} max_queue={q}: 200/s steady {r['rps_steady']} (ideal {m * 10}, {100 * r['rps_steady'] / (m * 10):.0f}%; "
+      f"{r['rps']} over the whole run with ramp-up and drain), "
       f"200s {st.get('200', 0)}, 503s {st.get('503', 0)}, other {sum(v for k, v in st.items() if k not in ('200', '503'))}, "
       f"client errors {r['errors']}, over {r['seconds']} s; /health n={p['n']} p50 {p.get('p50_ms')} ms "
       f"p99 {p.get('p99_ms')} ms max {p.get('max_ms')} ms errors {p['errors']}")
 PYEOF
-    grep -m3 -E "\[(error|alert|crit)\]" "$TMP/ngx/error.log" | grep -v setrlimit || true
+    grep -E "\[(error|alert|crit)\]" "$TMP/ngx/error.log" | grep -v setrlimit | sed -E 's/^[0-9/: ]+//; s/[0-9]+#[0-9]+: //' | sort | uniq -c | head -3 || true
     : >"$TMP/ngx/error.log"
    done
   done

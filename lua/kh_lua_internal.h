@@ -80,6 +80,8 @@ void kh__lua_open_shared(lua_State *L, kh_lua *K);
 
 /* A coroutine for a stream (NULL: a callback of its own), in the live list. */
 kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s);
+/* One Lua slice; the only caller of lua_resume. Use kh__lua_wake. */
+void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs);
 /* Resumes c with nargs values on its stack (for a fresh coroutine: the function, then nargs
  * arguments). Inside a slice it goes on the ready list instead, drained when the slice ends,
  * so lua_resume calls never nest. */

@@ -2,7 +2,7 @@
  * Owns:  the worker's free list of finished coroutines, the list of those in use, the ready list,
  *        the resume/finish path, slice timing.
  * In:    dispatch / on_body / on_abort / on_message from core; wakes from timers and the pool.
- * Out:   lua_resume (only run_slice calls it); stream refs released when a coroutine ends;
+ * Out:   lua_resume (only kh__lua_resume calls it); stream refs released when a coroutine ends;
  *        500 replies for errors that escape the Lua runner.
  * Never: nests lua_resume calls: a wake that happens inside a slice (a request that answers or
  *        aborts another one) goes on the ready list, drained once the slice is over. */
@@ -136,8 +136,9 @@ static void slice_warn(kh_lua *K, kh_lua_co *c, uint64_t ns)
                     (unsigned long long)lim);
 }
 
-/* One slice: resumes c with nargs values on its stack. The only caller of lua_resume. */
-static void run_slice(kh_lua *K, kh_lua_co *c, int nargs)
+/* One slice: resumes c with nargs values on its stack. The only caller of lua_resume; only
+ * kh__lua_wake calls it, never from inside another slice. */
+void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs)
 {
     lua_State *co = c->co;
     K->current = c;
@@ -184,14 +185,14 @@ void kh__lua_wake(kh_lua *K, kh_lua_co *c, int nargs)
         K->ready_tail = c;
         return;
     }
-    run_slice(K, c, nargs);
+    kh__lua_resume(K, c, nargs);
     while (K->ready_head) {
         kh_lua_co *r = K->ready_head;
         K->ready_head = r->ready_next;
         if (K->ready_head == NULL)
             K->ready_tail = NULL;
         r->ready_next = NULL;
-        run_slice(K, r, r->ready_nargs);
+        kh__lua_resume(K, r, r->ready_nargs);
     }
 }
 

@@ -96,6 +96,8 @@ async def client(host, port, path, deadline, stats, ramp):
             if cl:
                 await reader.readexactly(cl)
             stats["status"][status] = stats["status"].get(status, 0) + 1
+            if status == "200":
+                stats["ok_times"].append(time.monotonic())
             stats["done"] += 1
             if close:
                 writer.close()
@@ -117,12 +119,17 @@ async def client(host, port, path, deadline, stats, ramp):
 
 
 async def main_async(host, port, path, clients, seconds):
-    stats = {"status": {}, "errors": 0, "done": 0}
+    stats = {"status": {}, "errors": 0, "done": 0, "ok_times": []}
     deadline = time.monotonic() + seconds
     t0 = time.monotonic()
     await asyncio.gather(*(client(host, port, path, deadline, stats, min(0.5, seconds / 4)) for _ in range(clients)))
     stats["seconds"] = round(time.monotonic() - t0, 3)
     stats["rps"] = round(stats["status"].get("200", 0) / max(stats["seconds"], 0.001), 2)
+    # steady state: 200s completed between the end of the ramp-up (+0.5 s) and the deadline,
+    # without the start (queue filling) and the drain after the deadline
+    a, b = t0 + min(0.5, seconds / 4) + 0.5, deadline
+    steady = [t for t in stats.pop("ok_times") if a <= t <= b]
+    stats["rps_steady"] = round(len(steady) / max(b - a, 0.001), 2)
     return stats
 
 

@@ -20,8 +20,11 @@ struct entry {
     size_t vlen;
     int type;
     double num;
-    char data[];             /* key, then string value */
+    /* followed by the key, then the string value (DATA(e)); no flexible array member, so the
+     * LRU sentinel can be an entry inside struct kh_shdict */
 };
+
+#define DATA(e) ((char *)((e) + 1))
 
 struct kh_shdict {
     uv_mutex_t mu;
@@ -97,7 +100,7 @@ static void touch(kh_shdict *d, entry *e)
 static entry *lookup(kh_shdict *d, const char *k, size_t kl, uint32_t h, uint64_t now)
 {
     for (entry *e = d->buckets[h & (d->nbuckets - 1)]; e; e = e->hnext) {
-        if (e->hash == h && e->klen == kl && memcmp(e->data, k, kl) == 0) {
+        if (e->hash == h && e->klen == kl && memcmp(DATA(e), k, kl) == 0) {
             if (e->expires_ms && e->expires_ms <= now) {
                 unlink_entry(d, e);
                 return NULL;
@@ -140,9 +143,9 @@ static void insert(kh_shdict *d, const char *k, size_t kl, uint32_t h, const kh_
     e->type = v->type;
     e->num = v->num;
     e->expires_ms = expires;
-    memcpy(e->data, k, kl);
+    memcpy(DATA(e), k, kl);
     if (vlen)
-        memcpy(e->data + kl, v->str, vlen);
+        memcpy(DATA(e) + kl, v->str, vlen);
     uint32_t b = h & (d->nbuckets - 1);
     e->hnext = d->buckets[b];
     d->buckets[b] = e;
@@ -175,7 +178,7 @@ int kh_shdict_get(kh_shdict *d, const char *key, size_t klen, kh_shdict_value *o
             *buf = kh_xrealloc(*buf, e->vlen + 1);
             *bufcap = e->vlen + 1;
         }
-        memcpy(*buf, e->data + e->klen, e->vlen);
+        memcpy(*buf, DATA(e) + e->klen, e->vlen);
         out->str = *buf;
     }
     uv_mutex_unlock(&d->mu);

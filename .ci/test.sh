@@ -49,7 +49,7 @@ if CC=clang cmake -S . -B "$fuzz" -DKH_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
     [ -x "$bin" ] || continue
     t=${bin##*/kh_fuzz_}
     work=$(mktemp -d)
-    if "$bin" -max_total_time=${FUZZ_SECONDS:-15} -dict=core/fuzz/http.dict "$work" \
+    if "$bin" -max_total_time=${FUZZ_SECONDS:-15} -print_final_stats=1 -dict=core/fuzz/http.dict "$work" \
          "core/fuzz/corpus/$t" >"$work.log" 2>&1; then
       echo "fuzz $t: ok ($(grep -Eo 'stat::number_of_executed_units: [0-9]+' "$work.log" | awk '{print $2}') runs)"
       passed=$((passed + 1))

@@ -99,7 +99,13 @@ typedef struct kh_h1_head {
  * Returns: the number of bytes the head occupies (through the blank line) on success; KH_EAGAIN when
  * the head is incomplete and no error is visible yet; or a KH_H1_E* code. For any input, every
  * proper prefix returns KH_EAGAIN or the same error code as the whole input.
- * On success every kh_str in *out points into buf. */
+ * A malformed line is reported once the result can no longer change: at the blank line that ends
+ * the head, at a bare LF, or once a limit is passed (header_bytes -> 431; a request line longer
+ * than target_bytes + 64 -> 414 before its CRLF arrives); until then KH_EAGAIN. The result never
+ * depends on how the bytes were split nor on prev_len (given honestly).
+ * On success every non-empty kh_str in *out points into buf (absolute-form without a path: path
+ * is the second '/' of "://"); empty ones may have a NULL ptr. The head, leading empty lines
+ * included, is at most header_bytes long. */
 ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_head *out,
                             const kh_h1_limits *lim);
 

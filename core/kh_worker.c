@@ -28,8 +28,24 @@ void kh_worker_schedule_flush(kh_worker *w, kh_conn *c)
     if (c->flags & KH_CONN_F_IN_FLUSH)
         return;
     c->flags |= KH_CONN_F_IN_FLUSH;
-    c->flush_next = w->flush_head;
-    w->flush_head = c;
+    c->flush_next = NULL;
+    *w->flush_tail = c;
+    w->flush_tail = &c->flush_next;
+}
+
+void kh_worker_unschedule_flush(kh_worker *w, kh_conn *c)
+{
+    if (!(c->flags & KH_CONN_F_IN_FLUSH))
+        return;
+    kh_conn **pp = &w->flush_head;
+    while (*pp && *pp != c)
+        pp = &(*pp)->flush_next;
+    if (*pp == NULL)
+        return;
+    *pp = c->flush_next;
+    if (w->flush_tail == &c->flush_next)
+        w->flush_tail = pp;
+    c->flags &= ~KH_CONN_F_IN_FLUSH;
 }
 
 static void write_access_log(kh_worker *w)
@@ -51,6 +67,8 @@ static void flush_cb(uv_prepare_t *p)
     while (w->flush_head) {
         kh_conn *c = w->flush_head;
         w->flush_head = c->flush_next;
+        if (w->flush_head == NULL)
+            w->flush_tail = &w->flush_head;
         c->flags &= ~KH_CONN_F_IN_FLUSH;
         kh__conn_flush(c);
     }
@@ -313,6 +331,7 @@ int kh_worker_start(kh_worker *w, int id, const kh_config *cfg)
     w->heartbeat.data = w;
     uv_timer_start(&w->heartbeat, heartbeat_cb, 100, 100);
     uv_unref((uv_handle_t *)&w->heartbeat);
+    w->flush_tail = &w->flush_head;
     uv_prepare_init(&w->loop, &w->flush_prepare);
     w->flush_prepare.data = w;
     uv_prepare_start(&w->flush_prepare, flush_cb);

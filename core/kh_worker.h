@@ -77,7 +77,8 @@ struct kh_worker {
     void *app;
 
     kh_timeq timeq[KH_TO__COUNT];
-    kh_conn *flush_head;
+    kh_conn *flush_head;  /* FIFO: the connection that finished first is written first */
+    kh_conn **flush_tail;
     kh_bufcache bufs;
     char *read_slab;
     kh_stream *stream_pool;
@@ -117,5 +118,7 @@ const char *kh_worker_date(kh_worker *w);
 void kh_worker_access_log(kh_worker *w, const kh_stream *s);
 /* Puts conn on the flush list (flushed once per loop turn, before the loop polls). */
 void kh_worker_schedule_flush(kh_worker *w, kh_conn *c);
+/* Takes c off the flush list (it is being freed). */
+void kh_worker_unschedule_flush(kh_worker *w, kh_conn *c);
 
 #endif

@@ -192,15 +192,17 @@ function k._event(kind, ...)
     if fn then fn(...) end
 end
 
+-- One xpcall per request: the handler, then the turning of its return values into a reply.
+local function serve(handler, req, res)
+    local a, b, c = handler(req, res)
+    if rawget(res, "_deferred") then return end -- answered later, by d:send
+    return finish(res, a, b, c)
+end
+
 function k._run(handler, s, gen)
     local req, res = new_req(s, gen), new_res(s, gen)
-    local ok, a, b, c = xpcall(handler, on_error, req, res)
-    if ok and rawget(res, "_deferred") then return end -- answered later, by d:send
-    if ok then
-        ok, a = xpcall(finish, on_error, res, a, b, c)
-        if ok then return end
-    end
-    response.fail(req, res, a)
+    local ok, e = xpcall(serve, on_error, handler, req, res)
+    if not ok then response.fail(req, res, e) end
 end
 
 return k

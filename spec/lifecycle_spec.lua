@@ -6,6 +6,10 @@ local APP = [[
 local k = require "khamsin"
 k.get("/x", function() return "hello, world!" end)
 k.post("/echo", function(req) return req:body() end)
+k.get("/log-err", function(req)
+    k.log.err("err-marker from a handler")
+    return "logged"
+end)
 k.get("/log", function(req)
     k.log.warn("warn-marker from a handler")
     k.log.info("info-marker from a handler")
@@ -228,6 +232,16 @@ describe("error log", function()
             assert.truthy(srv:wait_log("%[info%][^\n]*info%-marker from a handler", 2), srv:log())
             server.sleep(0.1)
             assert.falsy(srv:log():find("debug-marker", 1, true), srv:log())
+        end)
+        srv:stop()
+        assert(ok, err)
+    end)
+
+    it("writes k.log.err as an [error] line", function()
+        local srv = server.start { app = APP, expect_errors = { "err%-marker from a handler" } }
+        local ok, err = pcall(function()
+            assert.are.equal("logged", srv:request { path = "/log-err" }.body)
+            assert.truthy(srv:wait_log("%[error%][^\n]*err%-marker from a handler", 2), srv:log())
         end)
         srv:stop()
         assert(ok, err)

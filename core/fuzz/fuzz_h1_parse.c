@@ -8,15 +8,19 @@
  *          whole with prev_len = prefix length), heads included, slice for slice;
  *        - a prefix gives KH_EAGAIN or the one-shot result (an error, or the same head length);
  *        - the result is KH_EAGAIN, a KH_H1_E* code, or a length <= len and <= header_bytes;
- *        - every slice lies inside the head (the "/" of an absolute-form without path aside),
+ *        - every slice lies inside the head (even the "/" of an absolute-form without a path),
  *          num_fields <= header_fields, body_kind/target_form/minor_version are in range;
+ *        - an accepted head is strict, checked without the parser's tables (check_strict);
  *        - when the head says chunked, the bytes after it decode the same in one piece and in
  *          two pieces: same result, same consumed count, same payload;
- *        - the chunked decoder never writes past the input nor reports more output than input.
+ *        - the chunked decoder never writes past the input nor reports more output than input,
+ *          and agrees with a plain reference reader (ref_decode) on the verdict, the consumed
+ *          count and the payload.
  * Never: keeps state between inputs. */
 #include "kh_err.h"
 #include "kh_h1_parse.h"
 
+#include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +32,9 @@
     } while (0)
 
 static const kh_h1_limits limits[4] = {
-    {40, 2, 8},          /* tiny: every limit is easy to hit */
-    {256, 6, 48},        /* small */
-    {16384, 100, 8192},  /* the engine's defaults */
+    {40, 2, 8},         /* tiny: every limit is easy to hit */
+    {256, 6, 48},       /* small */
+    {16384, 100, 8192}, /* the engine's defaults */
     {16384, 100, 8192},
 };
 
@@ -47,14 +51,77 @@ static int slice_inside(kh_str s, const char *buf, size_t n)
         return 1;
     if (s.ptr == NULL)
         return 0;
-    if (s.len == 1 && s.ptr[0] == '/' && (s.ptr < buf || s.ptr >= buf + n))
-        return 1; /* absolute-form without a path: the parser's own "/" */
     return s.ptr >= buf && s.ptr <= buf + n && s.len <= (size_t)(buf + n - s.ptr);
 }
 
 static int slice_same(kh_str a, kh_str b)
 {
     return a.len == b.len && (a.len == 0 || a.ptr == b.ptr);
+}
+
+static int tchar(uint8_t c)
+{
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static int ci_eq(kh_str s, const char *lower)
+{
+    size_t n = strlen(lower);
+    if (s.len != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (((uint8_t)s.ptr[i] | 0x20) != (uint8_t)lower[i])
+            return 0;
+    return 1;
+}
+
+/* An accepted head must be strict, checked here without the parser's tables: CRLF only, the
+ * blank line at the end, token method and names, visible-ASCII target, clean trimmed values,
+ * one Host on HTTP/1.1, and a body kind that agrees with the framing fields. */
+static void check_strict(const kh_h1_head *h, const char *buf, size_t n)
+{
+    CHECK(n >= 4 && memcmp(buf + n - 4, "\r\n\r\n", 4) == 0);
+    size_t lines = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            CHECK(i > 0 && buf[i - 1] == '\r');
+            lines++;
+        }
+        if (buf[i] == '\r')
+            CHECK(i + 1 < n && buf[i + 1] == '\n');
+    }
+    size_t lead = (size_t)(h->method.ptr - buf);
+    CHECK(lead % 2 == 0);
+    CHECK(lines == lead / 2 + 1 + h->num_fields + 1);
+    for (size_t i = 0; i < h->method.len; i++)
+        CHECK(tchar((uint8_t)h->method.ptr[i]));
+    CHECK(h->method.ptr + h->method.len + 1 == h->target.ptr);
+    for (size_t i = 0; i < h->target.len; i++)
+        CHECK(h->target.ptr[i] > 0x20 && h->target.ptr[i] < 0x7f && h->target.ptr[i] != '#');
+    size_t hosts = 0, cls = 0, tes = 0;
+    for (size_t i = 0; i < h->num_fields; i++) {
+        kh_str nm = h->fields[i].name, v = h->fields[i].value;
+        for (size_t j = 0; j < nm.len; j++)
+            CHECK(tchar((uint8_t)nm.ptr[j]));
+        CHECK(nm.ptr[nm.len] == ':');
+        for (size_t j = 0; j < v.len; j++) {
+            uint8_t c = (uint8_t)v.ptr[j];
+            CHECK(c == '\t' || c >= 0x20);
+            CHECK(c != 0x7f);
+        }
+        if (v.len)
+            CHECK(v.ptr[0] != ' ' && v.ptr[0] != '\t' && v.ptr[v.len - 1] != ' ' &&
+                  v.ptr[v.len - 1] != '\t');
+        hosts += ci_eq(nm, "host");
+        cls += ci_eq(nm, "content-length");
+        tes += ci_eq(nm, "transfer-encoding");
+    }
+    CHECK(hosts <= 1 && (h->minor_version == 0 || hosts == 1));
+    CHECK(!(cls && tes));
+    CHECK((h->body_kind == KH_H1_BODY_CHUNKED) == (tes > 0));
+    CHECK((h->body_kind == KH_H1_BODY_LENGTH) == (cls > 0));
+    CHECK(!tes || h->minor_version == 1);
 }
 
 static void check_head(const kh_h1_head *h, const char *buf, size_t n, const kh_h1_limits *lim)
@@ -135,6 +202,197 @@ static ssize_t decode(const char *body, size_t n, size_t cut, const kh_h1_limits
     return 0;
 }
 
+/* A plain reference for RFC 9112 §7.1 with the same limits, written as a recursive-descent
+ * reader over the whole input: 1 = done (consumed, payload), 0 = needs more, -1 = error. Only
+ * the verdict, the consumed count and the payload are compared, not the error codes. */
+typedef struct ref {
+    const uint8_t *p;
+    size_t n, i;
+} ref;
+
+#define REF_MORE -2
+static int ref_peek(ref *r)
+{
+    return r->i < r->n ? r->p[r->i] : REF_MORE;
+}
+
+static int ref_ws(int c)
+{
+    return c == ' ' || c == '\t';
+}
+
+static int ref_qdtext(int c)
+{
+    return c == '\t' || c == ' ' || c == 0x21 || (c >= 0x23 && c <= 0x5b) ||
+           (c >= 0x5d && c <= 0x7e) || c >= 0x80;
+}
+
+/* Returns 1 past a chunk-ext run ending at the CR, 0 if more input is needed, -1 on error. */
+static int ref_exts(ref *r)
+{
+    for (;;) {
+        int c = ref_peek(r), saw_ws = 0;
+        while (ref_ws(c)) {
+            r->i++, saw_ws = 1;
+            c = ref_peek(r);
+        }
+        if (c == REF_MORE)
+            return 0;
+        if (c == '\r' && !saw_ws)
+            return 1;
+        if (c != ';')
+            return -1;
+        r->i++;
+        while (ref_ws(c = ref_peek(r)))
+            r->i++;
+        if (c == REF_MORE)
+            return 0;
+        if (!tchar((uint8_t)c))
+            return -1;
+        while (c >= 0 && tchar((uint8_t)c)) {
+            r->i++;
+            c = ref_peek(r);
+        }
+        size_t save = r->i;
+        while (ref_ws(c)) {
+            r->i++;
+            c = ref_peek(r);
+        }
+        if (c == REF_MORE)
+            return 0;
+        if (c != '=') {
+            if (r->i != save && c != ';')
+                return -1; /* BWS after a name leads to '=' or ';' only */
+            r->i = save;
+            continue;
+        }
+        r->i++;
+        while (ref_ws(c = ref_peek(r)))
+            r->i++;
+        if (c == REF_MORE)
+            return 0;
+        if (c == '"') {
+            r->i++;
+            for (;;) {
+                c = ref_peek(r);
+                if (c == REF_MORE)
+                    return 0;
+                r->i++;
+                if (c == '"')
+                    break;
+                if (c == '\\') {
+                    c = ref_peek(r);
+                    if (c == REF_MORE)
+                        return 0;
+                    if (!(c == '\t' || c >= 0x20) || c == 0x7f)
+                        return -1;
+                    r->i++;
+                } else if (!ref_qdtext(c)) {
+                    return -1;
+                }
+            }
+        } else if (tchar((uint8_t)c)) {
+            while ((c = ref_peek(r)) >= 0 && tchar((uint8_t)c))
+                r->i++;
+        } else {
+            return -1;
+        }
+    }
+}
+
+static int ref_decode(const uint8_t *p, size_t n, const kh_h1_limits *lim, uint8_t *out,
+                      size_t *olen, size_t *consumed)
+{
+    ref r = {p, n, 0};
+    *olen = 0;
+    for (;;) {
+        size_t line0 = r.i;
+        uint64_t size = 0;
+        unsigned digits = 0;
+        int c;
+        while ((c = ref_peek(&r)) >= 0 && isxdigit(c)) {
+            if (++digits > 16)
+                return -1;
+            size = size * 16 + (uint64_t)(isdigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
+            r.i++;
+        }
+        if (c == REF_MORE)
+            return r.i - line0 > 4096 ? -1 : 0;
+        if (digits == 0)
+            return -1;
+        int e = ref_exts(&r);
+        if (r.i - line0 + (e == 1) > 4096)
+            return -1; /* the size line, its CR included, is capped */
+        if (e <= 0)
+            return e;
+        r.i++; /* CR */
+        if ((c = ref_peek(&r)) == REF_MORE)
+            return 0;
+        if (c != '\n')
+            return -1;
+        r.i++;
+        if (size == 0)
+            break;
+        if (size > r.n - r.i) {
+            memcpy(out + *olen, p + r.i, r.n - r.i);
+            *olen += r.n - r.i;
+            return 0;
+        }
+        memcpy(out + *olen, p + r.i, size);
+        *olen += size;
+        r.i += size;
+        if ((c = ref_peek(&r)) == REF_MORE)
+            return 0;
+        if (c != '\r')
+            return -1;
+        r.i++;
+        if ((c = ref_peek(&r)) == REF_MORE)
+            return 0;
+        if (c != '\n')
+            return -1;
+        r.i++;
+    }
+    /* trailer-section: field lines as in a head, then CRLF */
+    size_t t0 = r.i, fields = 0;
+    for (;;) {
+        int c = ref_peek(&r);
+        if (c == REF_MORE)
+            return r.i - t0 > lim->header_bytes ? -1 : 0;
+        if (c == '\r') {
+            if (r.i + 1 - t0 > lim->header_bytes)
+                return -1;
+            r.i++;
+            if ((c = ref_peek(&r)) == REF_MORE)
+                return 0;
+            if (c != '\n' || r.i + 1 - t0 > lim->header_bytes)
+                return -1;
+            *consumed = r.i + 1;
+            return 1;
+        }
+        if (!tchar((uint8_t)c) || ++fields > lim->header_fields)
+            return -1;
+        while ((c = ref_peek(&r)) >= 0 && tchar((uint8_t)c))
+            r.i++;
+        if (c == REF_MORE)
+            return r.i - t0 > lim->header_bytes ? -1 : 0;
+        if (c != ':')
+            return -1;
+        r.i++;
+        while ((c = ref_peek(&r)) >= 0 && (c == '\t' || c >= 0x20) && c != 0x7f)
+            r.i++;
+        if (c == REF_MORE)
+            return r.i - t0 > lim->header_bytes ? -1 : 0;
+        if (c != '\r' || r.i + 1 - t0 > lim->header_bytes)
+            return -1;
+        r.i++;
+        if ((c = ref_peek(&r)) == REF_MORE)
+            return 0;
+        if (c != '\n' || r.i + 1 - t0 > lim->header_bytes)
+            return -1;
+        r.i++;
+    }
+}
+
 static void fuzz_chunked(const char *body, size_t n, size_t seed, const kh_h1_limits *lim)
 {
     char *o1 = malloc(n + 1), *o2 = malloc(n + 1);
@@ -146,6 +404,11 @@ static void fuzz_chunked(const char *body, size_t n, size_t seed, const kh_h1_li
         CHECK(c1 == c2 && t1 == t2 && memcmp(o1, o2, t1) == 0);
         CHECK(t1 <= c1);
     }
+    size_t t3, c3 = 0;
+    int r3 = ref_decode((const uint8_t *)body, n, lim, (uint8_t *)o2, &t3, &c3);
+    CHECK(r3 == (r1 < 0 ? -1 : (int)r1));
+    if (r3 >= 0)
+        CHECK(t3 == t1 && memcmp(o1, o2, t1) == 0 && (r3 == 0 || c3 == c1));
     free(o1);
     free(o2);
 }
@@ -188,6 +451,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (r1 > 0) {
         check_head(&h1, buf, (size_t)r1, lim);
+        check_strict(&h1, buf, (size_t)r1);
         same_head(&h1, &h2);
         if (h1.body_kind == KH_H1_BODY_CHUNKED)
             fuzz_chunked(buf + r1, len - (size_t)r1, seed ^ 0x5a, lim);

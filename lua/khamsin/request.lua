@@ -1,7 +1,8 @@
 -- khamsin.request: the `req` object. Fields are fetched from the engine on first use and cached
 -- in the table, so a handler that never looks at headers never builds a header table.
 local core = require "khamsin.core"
-local cjson = require "cjson.safe"
+-- lua-cjson is loaded on the first req:json(): start-up stays in the millisecond budget
+local cjson_safe
 local errors = require "khamsin.errors"
 
 local rawget, rawset, setmetatable, type = rawget, rawset, setmetatable, type
@@ -107,7 +108,8 @@ end
 
 -- The body decoded as JSON; a body that is not JSON answers 400 unless the handler catches it.
 function Req:json()
-    local v, derr = cjson.decode(self:body())
+    cjson_safe = cjson_safe or require "cjson.safe"
+    local v, derr = cjson_safe.decode(self:body())
     if v == nil and derr then error(errors.http(400, "invalid JSON: " .. derr), 0) end
     return v
 end

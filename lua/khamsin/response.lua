@@ -1,6 +1,6 @@
 -- khamsin.response: the `res` object and the turning of a handler's return values into a reply.
 local core = require "khamsin.core"
-local cjson = require "cjson"
+local cjson -- loaded on the first table body (a dlopen saved at start-up)
 local errors = require "khamsin.errors"
 
 local type, tostring, rawget, setmetatable, pairs = type, tostring, rawget, setmetatable, pairs
@@ -76,6 +76,7 @@ function M.finish(res, a, b, c)
     if t == "string" then
         ctype = TEXT
     elseif t == "table" then
+        cjson = cjson or require "cjson"
         body, ctype = cjson.encode(body), JSON
     elseif t == "nil" then
         body = ""

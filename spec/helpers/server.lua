@@ -39,12 +39,6 @@ local function write_file(path, data)
 end
 M.write_file = write_file
 
-local function file_exists(path)
-    local f = io.open(path, "rb")
-    if f then f:close() return true end
-    return false
-end
-
 local function capture(cmd)
     local p = assert(io.popen(cmd, "r"))
     local out = p:read("*a")

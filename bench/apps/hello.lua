@@ -1,0 +1,2 @@
+local k = require "khamsin"
+k.get("/", function(req) return "Hello, World!" end)

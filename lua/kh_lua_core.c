@@ -39,6 +39,19 @@ static int l_route(lua_State *L)
         lua_pushfstring(L, "route %s %s: %s", method, pattern, err ? err : "invalid");
         return 2;
     }
+    /* the route's name for the slow-slice log: routes[ref] = "GET /users/:id" */
+    lua_pushlightuserdata(L, &kh__lua_routes_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushlightuserdata(L, &kh__lua_routes_key);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, LUA_REGISTRYINDEX);
+    }
+    lua_pushfstring(L, "%s %s", method, pattern);
+    lua_rawseti(L, -2, ref);
+    lua_pop(L, 1);
     lua_pushboolean(L, 1);
     return 1;
 }

@@ -68,6 +68,8 @@ typedef struct kh_lua {
 
 /* The sentinel every engine wait yields, so a user coroutine wrapper can pass it upward. */
 extern char kh__lua_yield_sentinel;
+/* Registry key of the table route ref -> "METHOD pattern" (for logs). */
+extern char kh__lua_routes_key;
 #define KH_YIELD ((void *)&kh__lua_yield_sentinel)
 
 /* Registers the `khamsin.core` C module in L (package.preload). */

@@ -15,6 +15,7 @@
 #include "kh_lua_internal.h"
 
 char kh__lua_yield_sentinel;
+char kh__lua_routes_key;
 
 static void live_link(kh_lua *K, kh_lua_co *c)
 {
@@ -125,11 +126,23 @@ static void slice_warn(kh_lua *K, kh_lua_co *c, uint64_t ns)
     uint64_t lim = K->w->limits->slice_warn_ms;
     if (lim == 0 || ms < lim)
         return;
-    if (c->s)
-        KH_LOG_WARN("slow Lua slice: %.1f ms in %.*s %.*s (over slice_warn_ms=%llu; move "
-                    "blocking work to k.blocking)",
+    if (c->s) {
+        lua_State *L = K->L;
+        int base = lua_gettop(L);
+        lua_pushlightuserdata(L, &kh__lua_routes_key);
+        lua_rawget(L, LUA_REGISTRYINDEX);
+        const char *route = NULL;
+        if (lua_istable(L, -1)) {
+            lua_rawgeti(L, -1, (int)c->s->route_value);
+            route = lua_tostring(L, -1);
+        }
+        KH_LOG_WARN("slow Lua slice: %.1f ms in %.*s %.*s (route %s; over slice_warn_ms=%llu; "
+                    "move blocking work to k.blocking)",
                     (double)ns / 1e6, (int)c->s->method.len, c->s->method.ptr,
-                    (int)c->s->path.len, c->s->path.ptr, (unsigned long long)lim);
+                    (int)c->s->path.len, c->s->path.ptr, route ? route : "?",
+                    (unsigned long long)lim);
+        lua_settop(L, base);
+    }
     else
         KH_LOG_WARN("slow Lua slice: %.1f ms in a %s callback (over slice_warn_ms=%llu)",
                     (double)ns / 1e6, c->what ? c->what : "background",

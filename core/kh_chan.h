@@ -16,8 +16,8 @@ typedef struct kh_chan kh_chan;
 
 struct kh_chan_msg {
     kh_chan_msg *next;
-    int type;                           /* the receiver's own codes */
-    void (*dispose)(kh_chan_msg *m);    /* frees m when nobody will receive it */
+    int type;                        /* the receiver's own codes */
+    void (*dispose)(kh_chan_msg *m); /* frees m when nobody will receive it */
 };
 
 typedef void (*kh_chan_cb)(kh_chan *ch, kh_chan_msg *m);
@@ -29,7 +29,7 @@ struct kh_chan {
     int closed;               /* guarded by mu */
     kh_chan_cb cb;
     void *data;
-    uint64_t received;        /* owner thread only */
+    uint64_t received; /* owner thread only */
 };
 
 /* On the owner's loop, before or after it runs (uv_async_init is safe before uv_run). The async

@@ -12,9 +12,9 @@
 
 typedef struct entry entry;
 struct entry {
-    entry *hnext;            /* bucket chain */
-    entry *lprev, *lnext;    /* LRU list: head is the most recent */
-    uint64_t expires_ms;     /* 0: never */
+    entry *hnext;         /* bucket chain */
+    entry *lprev, *lnext; /* LRU list: head is the most recent */
+    uint64_t expires_ms;  /* 0: never */
     uint32_t hash;
     uint32_t klen;
     size_t vlen;
@@ -32,8 +32,8 @@ struct kh_shdict {
     size_t budget, used, count;
     entry **buckets;
     uint32_t nbuckets;
-    entry lru;               /* sentinel */
-    kh_shdict *next;         /* registry link */
+    entry lru;       /* sentinel */
+    kh_shdict *next; /* registry link */
 };
 
 static uint64_t now_ms(void)

@@ -19,10 +19,10 @@ typedef struct kh_threadpool kh_threadpool;
 typedef struct kh_job kh_job;
 
 struct kh_job {
-    kh_chan_msg msg;       /* first: the job travels back as a mailbox message (msg.dispose) */
+    kh_chan_msg msg; /* first: the job travels back as a mailbox message (msg.dispose) */
     void (*run)(kh_job *j, void *thread_state);
     kh_chan *reply_to;
-    atomic_int abandoned;  /* set by the owner: skip run() if not started, drop the result */
+    atomic_int abandoned; /* set by the owner: skip run() if not started, drop the result */
     uint64_t queued_ns, started_ns, done_ns; /* uv_hrtime stamps, for the bench and the log */
 };
 

@@ -14,7 +14,7 @@
 typedef struct enc {
     lua_State *L;
     kh_copybuf *b;
-    int seen;   /* stack index of the table of tables being encoded (cycle check) */
+    int seen; /* stack index of the table of tables being encoded (cycle check) */
     char *err;
     size_t errlen;
     char path[256];
@@ -24,8 +24,10 @@ static int put(enc *e, const void *p, size_t n)
 {
     kh_copybuf *b = e->b;
     if (b->len + n > b->max) {
-        snprintf(e->err, e->errlen, "%s: too large to copy (more than %zu bytes; see the "
-                 "pool_msg_bytes limit)", e->path, b->max);
+        snprintf(e->err, e->errlen,
+                 "%s: too large to copy (more than %zu bytes; see the "
+                 "pool_msg_bytes limit)",
+                 e->path, b->max);
         return -1;
     }
     if (b->len + n > b->cap) {

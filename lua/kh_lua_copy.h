@@ -5,7 +5,8 @@
  * Out:   one byte string; decoded back onto any lua_State.
  * Never: moves a Lua object between states (no lua_xmove), keeps a pointer into a state, or
  *        copies a function, userdata, thread or a table that contains itself: those are refused
- *        with a message that names the value's place ("argument 2.key.3: cannot copy a function"). */
+ *        with a message that names the value's place ("argument 2.key.3: cannot copy a function").
+ */
 #ifndef KH_LUA_COPY_H
 #define KH_LUA_COPY_H
 

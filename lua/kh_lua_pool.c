@@ -13,10 +13,9 @@
 
 typedef struct pool_state {
     lua_State *L;
-    int cache_ref;  /* table: code string -> function */
+    int cache_ref; /* table: code string -> function */
     int cache_size;
 } pool_state;
-
 
 static int traceback(lua_State *L)
 {
@@ -138,8 +137,7 @@ void kh__lua_pool_run(kh_job *job, void *state)
         size_t len;
         const char *m = lua_tolstring(L, -1, &len);
         char buf[600];
-        int bl = snprintf(buf, sizeof buf, "k.blocking: cannot load the function: %s",
-                          m ? m : "?");
+        int bl = snprintf(buf, sizeof buf, "k.blocking: cannot load the function: %s", m ? m : "?");
         set_error(j, buf, (size_t)bl < sizeof buf ? (size_t)bl : sizeof buf - 1);
         lua_settop(L, 0);
         return;
@@ -147,8 +145,8 @@ void kh__lua_pool_run(kh_job *job, void *state)
     /* stack: kind, code, args..., fn -> tb, fn, args... */
     int nargs = n - 2;
     lua_pushcfunction(L, traceback);
-    lua_replace(L, 1);          /* 1: traceback */
-    lua_replace(L, 2);          /* 2: fn; args at 3..n */
+    lua_replace(L, 1); /* 1: traceback */
+    lua_replace(L, 2); /* 2: fn; args at 3..n */
     int base = 1;
     if (lua_pcall(L, nargs, LUA_MULTRET, base) != 0) {
         size_t len;

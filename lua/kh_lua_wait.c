@@ -24,12 +24,11 @@ struct kh_lua_timer {
     uv_timer_t h;
     kh_lua *K;
     int kind;
-    kh_lua_co *co;        /* TIMER_SLEEP: who sleeps */
-    int fn_ref;           /* TIMER_USER: the callback */
-    kh_lua_timer **box;   /* TIMER_USER: the Lua handle's pointer to us, NULL once collected */
+    kh_lua_co *co;      /* TIMER_SLEEP: who sleeps */
+    int fn_ref;         /* TIMER_USER: the callback */
+    kh_lua_timer **box; /* TIMER_USER: the Lua handle's pointer to us, NULL once collected */
     kh_lua_timer *prev, *next;
 };
-
 
 typedef struct kh_lua_msg {
     kh_chan_msg base;
@@ -40,8 +39,10 @@ typedef struct kh_lua_msg {
 static kh_lua_co *current(lua_State *L, kh_lua *K, const char *what)
 {
     if (K->current == NULL)
-        luaL_error(L, "%s can only be called from a handler, a timer or a subscriber callback "
-                      "(not while the script loads)", what);
+        luaL_error(L,
+                   "%s can only be called from a handler, a timer or a subscriber callback "
+                   "(not while the script loads)",
+                   what);
     return K->current;
 }
 
@@ -212,7 +213,6 @@ static void job_dispose(kh_chan_msg *m)
 {
     job_free((kh_lua_job *)m);
 }
-
 
 void kh__lua_job_done(kh_lua *K, kh_lua_job *j)
 {

@@ -54,7 +54,8 @@ int main(void)
 
     kh_subtest("incr");
     double out = 0;
-    kh_is_int(kh_shdict_incr(d, "n", 1, 1, 0, 0, 0, &out), KH_SHDICT_NOT_FOUND, "no init: not found");
+    kh_is_int(kh_shdict_incr(d, "n", 1, 1, 0, 0, 0, &out), KH_SHDICT_NOT_FOUND,
+              "no init: not found");
     kh_is_int(kh_shdict_incr(d, "n", 1, 5, 1, 10, 0, &out), 0, "with init");
     kh_ok(out == 15, "init + delta = 15");
     kh_shdict_incr(d, "n", 1, -3, 0, 0, 0, &out);
@@ -95,7 +96,8 @@ int main(void)
     huge[9999] = '\0';
     kh_shdict_value hv = str(huge);
     size_t before = kh_shdict_count(d);
-    kh_is_int(kh_shdict_set(d, "huge", 4, &hv, 0, 0, NULL), KH_ENOMEM, "larger than the budget: KH_ENOMEM");
+    kh_is_int(kh_shdict_set(d, "huge", 4, &hv, 0, 0, NULL), KH_ENOMEM,
+              "larger than the budget: KH_ENOMEM");
     kh_is_int((int)kh_shdict_count(d), (int)before, "and nothing was evicted for it");
     free(huge);
     kh_shdict_free(d);

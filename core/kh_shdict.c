@@ -1,6 +1,8 @@
-/* kh_shdict.c: see kh_shdict.h. A chained hash table plus an LRU list, behind one mutex. Entries
- * are malloc'd, but their bytes are counted against the fixed budget, so the dict's memory is
- * bounded by bytes + the bucket array. */
+/* kh_shdict.c: see kh_shdict.h. A chained hash table plus an LRU list, behind one mutex, over
+ * one arena of `bytes` allocated when the dict is made: entries are carved from it by a buddy
+ * allocator (blocks of 2^k bytes, k >= 7, split on demand and merged with their free buddy when
+ * freed). Nothing else is allocated per entry, so the dict's memory is fixed: the arena plus the
+ * bucket array. An entry takes the power of two above its header + key + value. */
 #include "kh_shdict.h"
 
 #include <stdio.h>
@@ -10,8 +12,23 @@
 #include "kh_common.h"
 #include "kh_err.h"
 
+#define MIN_ORDER 7 /* 128-byte blocks: the entry header fits */
+#define MAX_ORDERS 48
+
+typedef struct blkhdr {
+    uint8_t order; /* the block is 2^order bytes */
+    uint8_t free;  /* on a free list */
+} blkhdr;
+
+typedef struct fblk fblk;
+struct fblk { /* a free block */
+    blkhdr h;
+    fblk *prev, *next;
+};
+
 typedef struct entry entry;
 struct entry {
+    blkhdr h;             /* first: every block starts with it */
     entry *hnext;         /* bucket chain */
     entry *lprev, *lnext; /* LRU list: head is the most recent */
     uint64_t expires_ms;  /* 0: never */
@@ -24,17 +41,96 @@ struct entry {
      * LRU sentinel can be an entry inside struct kh_shdict */
 };
 
+_Static_assert(sizeof(entry) + 16 <= (1u << MIN_ORDER) && sizeof(fblk) <= sizeof(entry),
+               "an entry header and a short key fit the smallest block");
+
 #define DATA(e) ((char *)((e) + 1))
 
 struct kh_shdict {
     uv_mutex_t mu;
     char name[64];
     size_t budget, used, count;
+    char *arena;
+    size_t arena_len;
+    int max_order;             /* the largest top-level block */
+    fblk *freel[MAX_ORDERS];   /* free blocks by order */
     entry **buckets;
     uint32_t nbuckets;
     entry lru;       /* sentinel */
     kh_shdict *next; /* registry link */
 };
+
+/* ---- buddy allocator over d->arena ---- */
+
+static void free_push(kh_shdict *d, fblk *b, int order)
+{
+    b->h.order = (uint8_t)order;
+    b->h.free = 1;
+    b->prev = NULL;
+    b->next = d->freel[order];
+    if (b->next)
+        b->next->prev = b;
+    d->freel[order] = b;
+}
+
+static void free_unlink(kh_shdict *d, fblk *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        d->freel[b->h.order] = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    b->h.free = 0;
+}
+
+static int order_for(size_t n)
+{
+    int o = MIN_ORDER;
+    while (o < MAX_ORDERS - 1 && ((size_t)1 << o) < n)
+        o++;
+    return o;
+}
+
+static void *blk_alloc(kh_shdict *d, int order)
+{
+    int o = order;
+    while (o <= d->max_order && d->freel[o] == NULL)
+        o++;
+    if (o > d->max_order)
+        return NULL;
+    fblk *b = d->freel[o];
+    free_unlink(d, b);
+    while (o > order) { /* split: keep the lower half, free the upper one */
+        o--;
+        free_push(d, (fblk *)((char *)b + ((size_t)1 << o)), o);
+    }
+    b->h.order = (uint8_t)order;
+    b->h.free = 0;
+    d->used += (size_t)1 << order;
+    return b;
+}
+
+static void blk_free(kh_shdict *d, void *p)
+{
+    fblk *b = p;
+    int o = b->h.order;
+    d->used -= (size_t)1 << o;
+    for (;;) {
+        size_t off = (size_t)((char *)b - d->arena);
+        size_t buddy_off = off ^ ((size_t)1 << o);
+        if (o >= d->max_order || buddy_off + ((size_t)1 << o) > d->arena_len)
+            break;
+        fblk *buddy = (fblk *)(d->arena + buddy_off);
+        if (!buddy->h.free || buddy->h.order != o)
+            break;
+        free_unlink(d, buddy);
+        if (buddy_off < off)
+            b = buddy;
+        o++;
+    }
+    free_push(d, b, o);
+}
 
 static uint64_t now_ms(void)
 {
@@ -53,7 +149,7 @@ static uint32_t hash_key(const char *k, size_t n)
 
 static size_t entry_cost(size_t klen, size_t vlen)
 {
-    return KH_SHDICT_ENTRY_OVERHEAD + klen + vlen;
+    return (size_t)1 << order_for(sizeof(entry) + klen + vlen);
 }
 
 kh_shdict *kh_shdict_new(const char *name, size_t bytes)
@@ -63,6 +159,20 @@ kh_shdict *kh_shdict_new(const char *name, size_t bytes)
     kh_shdict *d = kh_xcalloc(1, sizeof *d);
     snprintf(d->name, sizeof d->name, "%s", name);
     d->budget = bytes;
+    d->arena = kh_xmalloc(bytes);
+    d->arena_len = bytes;
+    /* top-level blocks in decreasing powers of two from offset 0: each is aligned to its size */
+    size_t off = 0;
+    d->max_order = MIN_ORDER;
+    for (int o = MAX_ORDERS - 1; o >= MIN_ORDER; o--) {
+        while (bytes - off >= ((size_t)1 << o)) {
+            if (o > d->max_order)
+                d->max_order = o;
+            free_push(d, (fblk *)(d->arena + off), o);
+            off += (size_t)1 << o;
+        }
+    }
+    d->arena_len = off; /* a tail below 128 bytes is not used */
     uint32_t nb = 64;
     while (nb < bytes / 256 && nb < (1u << 24))
         nb <<= 1;
@@ -81,9 +191,8 @@ static void unlink_entry(kh_shdict *d, entry *e)
     *pp = e->hnext;
     e->lprev->lnext = e->lnext;
     e->lnext->lprev = e->lprev;
-    d->used -= entry_cost(e->klen, e->vlen);
     d->count--;
-    free(e);
+    blk_free(d, e);
 }
 
 static void touch(kh_shdict *d, entry *e)
@@ -111,32 +220,33 @@ static entry *lookup(kh_shdict *d, const char *k, size_t kl, uint32_t h, uint64_
     return NULL;
 }
 
-/* Frees room for `need` more bytes: expired entries first (a scan from the LRU end of at most
- * 64 entries), then least recently used ones. */
-static int make_room(kh_shdict *d, size_t need, uint64_t now)
+/* A block for a new entry of `cost` bytes: evicts expired entries (a scan of at most 64 from
+ * the LRU end), then the least recently used ones, until the allocator finds one. */
+static entry *alloc_entry(kh_shdict *d, size_t cost, uint64_t now, int *evicted)
 {
-    int evicted = 0;
-    if (d->used + need <= d->budget)
-        return 0;
-    entry *e = d->lru.lprev;
-    for (int i = 0; i < 64 && e != &d->lru && d->used + need > d->budget; i++) {
-        entry *prev = e->lprev;
-        if (e->expires_ms && e->expires_ms <= now)
-            unlink_entry(d, e);
-        e = prev;
+    int order = order_for(cost);
+    entry *e = blk_alloc(d, order);
+    if (e)
+        return e;
+    entry *x = d->lru.lprev;
+    for (int i = 0; i < 64 && x != &d->lru; i++) {
+        entry *prev = x->lprev;
+        if (x->expires_ms && x->expires_ms <= now)
+            unlink_entry(d, x);
+        x = prev;
     }
-    while (d->used + need > d->budget && d->lru.lprev != &d->lru) {
+    while ((e = blk_alloc(d, order)) == NULL && d->lru.lprev != &d->lru) {
         unlink_entry(d, d->lru.lprev);
-        evicted++;
+        if (evicted)
+            (*evicted)++;
     }
-    return evicted;
+    return e;
 }
 
-static void insert(kh_shdict *d, const char *k, size_t kl, uint32_t h, const kh_shdict_value *v,
-                   uint64_t expires)
+static void insert(kh_shdict *d, entry *e, const char *k, size_t kl, uint32_t h,
+                   const kh_shdict_value *v, uint64_t expires)
 {
     size_t vlen = v->type == KH_SHDICT_STRING ? v->len : 0;
-    entry *e = kh_xmalloc(sizeof *e + kl + vlen);
     e->hash = h;
     e->klen = (uint32_t)kl;
     e->vlen = vlen;
@@ -153,7 +263,6 @@ static void insert(kh_shdict *d, const char *k, size_t kl, uint32_t h, const kh_
     e->lprev = &d->lru;
     d->lru.lnext->lprev = e;
     d->lru.lnext = e;
-    d->used += entry_cost(kl, vlen);
     d->count++;
 }
 
@@ -206,16 +315,18 @@ int kh_shdict_set(kh_shdict *d, const char *key, size_t klen, const kh_shdict_va
         uv_mutex_unlock(&d->mu);
         return 0;
     }
-    if (cost > d->budget) {
+    if (cost > ((size_t)1 << d->max_order)) {
         uv_mutex_unlock(&d->mu);
         return KH_ENOMEM;
     }
     if (e)
         unlink_entry(d, e);
-    int n = make_room(d, cost, now);
-    if (evicted)
-        *evicted = n;
-    insert(d, key, klen, h, v, ttl_ms ? now + ttl_ms : 0);
+    entry *ne = alloc_entry(d, cost, now, evicted);
+    if (ne == NULL) {
+        uv_mutex_unlock(&d->mu);
+        return KH_ENOMEM;
+    }
+    insert(d, ne, key, klen, h, v, ttl_ms ? now + ttl_ms : 0);
     uv_mutex_unlock(&d->mu);
     return 0;
 }
@@ -240,12 +351,12 @@ int kh_shdict_incr(kh_shdict *d, const char *key, size_t klen, double delta, int
         r = KH_SHDICT_NOT_FOUND;
     } else {
         size_t cost = entry_cost(klen, 0);
-        if (cost > d->budget) {
+        entry *ne = cost > ((size_t)1 << d->max_order) ? NULL : alloc_entry(d, cost, now, NULL);
+        if (ne == NULL) {
             r = KH_ENOMEM;
         } else {
-            make_room(d, cost, now);
             kh_shdict_value v = {KH_SHDICT_NUMBER, init + delta, NULL, 0};
-            insert(d, key, klen, h, &v, ttl_ms ? now + ttl_ms : 0);
+            insert(d, ne, key, klen, h, &v, ttl_ms ? now + ttl_ms : 0);
             *result = v.num;
         }
     }
@@ -314,6 +425,7 @@ void kh_shdict_free(kh_shdict *d)
     flush_locked(d);
     uv_mutex_destroy(&d->mu);
     free(d->buckets);
+    free(d->arena);
     free(d);
 }
 

@@ -1,12 +1,15 @@
 /* kh_shdict.h: a dictionary shared by every worker (OpenResty's ngx.shared.DICT, simplified).
- * Owns:  its entries, inside a fixed byte budget (entry header + key + value bytes are counted);
- *        one mutex, held for one operation; a per-process registry of dicts by name.
+ * Owns:  one arena of `bytes`, allocated when the dict is made, from which its entries are carved
+ *        (a buddy allocator: an entry takes the power of two at or above its 80-byte header +
+ *        key + value, at least 128 bytes); one mutex, held for one operation; a per-process
+ *        registry of dicts by name.
  * In:    get/set/add/incr/delete from any worker thread; keys and values are copied in.
  * Out:   copies of values (strings into a caller-owned buffer); no pointer into the dict ever
  *        leaves a call.
- * When full: set, add and incr evict entries to make room: expired ones first, then the least
- *        recently used (a get or a write makes an entry recent). A single entry larger than the
- *        whole budget is refused with KH_ENOMEM ("no memory" in Lua), and nothing is evicted.
+ * When full: set, add and incr evict entries until a block is free: expired ones first, then the
+ *        least recently used (a get or a write makes an entry recent). An entry larger than the
+ *        largest block (the largest power of two <= bytes) is refused with KH_ENOMEM ("no
+ *        memory" in Lua), and nothing is evicted.
  * TTL:   per entry, in milliseconds on the monotonic clock (0: never expires); an expired entry
  *        reads as absent and is reclaimed lazily. */
 #ifndef KH_SHDICT_H
@@ -31,7 +34,6 @@ typedef struct kh_shdict_value {
 } kh_shdict_value;
 
 #define KH_SHDICT_MIN_BYTES 4096
-#define KH_SHDICT_ENTRY_OVERHEAD 64 /* counted per entry against the budget */
 
 kh_shdict *kh_shdict_new(const char *name, size_t bytes);
 void kh_shdict_free(kh_shdict *d);
@@ -54,7 +56,7 @@ int kh_shdict_incr(kh_shdict *d, const char *key, size_t klen, double delta, int
 int kh_shdict_delete(kh_shdict *d, const char *key, size_t klen);
 /* Removes every entry. */
 void kh_shdict_flush_all(kh_shdict *d);
-/* Live (unexpired) entries, and bytes of the budget in use. */
+/* Live (unexpired) entries, and bytes of the arena in use (whole blocks). */
 size_t kh_shdict_count(kh_shdict *d);
 size_t kh_shdict_used(kh_shdict *d);
 

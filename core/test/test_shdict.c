@@ -100,7 +100,35 @@ int main(void)
               "larger than the budget: KH_ENOMEM");
     kh_is_int((int)kh_shdict_count(d), (int)before, "and nothing was evicted for it");
     free(huge);
+
+    kh_subtest("the arena: freed blocks merge back; a budget that is not a power of two");
+    kh_shdict_flush_all(d);
+    kh_is_int((int)kh_shdict_used(d), 0, "flush frees every block");
+    char *most = malloc(8001);
+    memset(most, 'z', 8000);
+    most[8000] = '\0';
+    kh_shdict_value mv = str(most);
+    kh_is_int(kh_shdict_set(d, "most", 4, &mv, 0, 0, NULL), 0,
+              "after the flush the whole 8192-byte block is one again");
+    kh_is_int((int)kh_shdict_used(d), 8192, "it takes the whole arena");
+    int ev = 0;
+    kh_is_int(kh_shdict_set(d, "x", 1, &s, 0, 0, &ev), 0, "a small entry evicts it");
+    kh_is_int(ev, 1, "one eviction");
     kh_shdict_free(d);
+    kh_shdict *odd = kh_shdict_new("odd", 12288); /* 8192 + 4096 */
+    most[6000] = '\0';
+    kh_shdict_value six = str(most);
+    kh_is_int(kh_shdict_set(odd, "a", 1, &six, 0, 0, NULL), 0, "6000 bytes in the 8192 block");
+    most[3000] = '\0';
+    kh_shdict_value three = str(most);
+    kh_is_int(kh_shdict_set(odd, "b", 1, &three, 0, 0, &ev), 0, "3000 bytes in the 4096 block");
+    kh_is_int(ev, 0, "without evicting");
+    kh_is_int((int)kh_shdict_count(odd), 2, "both there");
+    kh_is_int(kh_shdict_set(odd, "c", 1, &six, 0, 0, &ev), 0, "another 6000 bytes");
+    kh_is_int(kh_shdict_get(odd, "a", 1, &v, &buf, &cap), KH_SHDICT_NOT_FOUND, "evicted the LRU 'a'");
+    kh_is_int(kh_shdict_get(odd, "b", 1, &v, &buf, &cap), 0, "'b' stays: its block was not needed");
+    kh_shdict_free(odd);
+    free(most);
 
     kh_subtest("registry and threads");
     kh_shdict_reg *r = kh_shdict_reg_new();

@@ -1,9 +1,9 @@
 -- khamsin.shared: dictionaries shared by every worker (core/kh_shdict.c), like OpenResty's
 -- ngx.shared.DICT. Declare one while the script loads: k.shared_dict("cache", 1024 * 1024);
 -- every worker runs the same script and gets the same dict. k.shared("cache") returns it.
--- Values: strings, numbers, booleans (nil deletes). Keys: strings. When the byte budget is full,
--- set/add/incr evict expired entries, then the least recently used ones; a single entry larger
--- than the whole budget is refused with nil, "no memory".
+-- Values: strings, numbers, booleans (nil deletes). Keys: strings. The memory is fixed (an arena
+-- of `bytes`); when it is full, set/add/incr evict expired entries, then the least recently used
+-- ones; an entry larger than the largest block (power of two <= bytes) is nil, "no memory".
 local core = require "khamsin.core"
 
 local setmetatable, error, type = setmetatable, error, type

@@ -3,9 +3,9 @@
 # usage: .ci/deps.sh run|test|bench
 set -euo pipefail
 what=${1:-run}
-pkgs=(cmake make gcc pkg-config libluajit2-5.1-dev libuv1-dev lua-cjson curl)
+pkgs=(cmake make gcc pkg-config libluajit2-5.1-dev libuv1-dev libssl-dev lua-cjson curl)
 if [ "$what" = test ] || [ "$what" = bench ]; then
-  pkgs+=(luajit2 lua-busted lua-socket clang libclang-rt-14-dev python3)
+  pkgs+=(luajit2 lua-busted lua-socket lua-sec clang libclang-rt-14-dev python3 openssl)
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps)

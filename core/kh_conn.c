@@ -1,5 +1,8 @@
 /* kh_conn.c: TCP connection I/O and lifecycle (see kh_conn.h).
- * Owns:  the socket and the bytes around it; frees itself only in uv_close's callback.
+ * Owns:  the socket and the bytes around it; frees itself only in uv_close's callback. On a
+ *        TLS listener the bytes on the socket are ciphertext: read_cb hands them to kh_tls_read
+ *        (plaintext lands in `in`), write_out writes what kh_tls_write made of `out`, and a
+ *        graceful close queues close_notify first; everything else is the same for both.
  * In:    libuv read/write callbacks, the worker's flush pass and timeouts.
  * Out:   kh_proto_vt calls; bytes to the socket.
  * Never: parses HTTP, calls Lua, or frees memory that a callback on the stack still uses. */
@@ -11,6 +14,19 @@
 #include "kh_err.h"
 #include "kh_h1.h"
 #include "kh_log.h"
+#include "kh_tls.h"
+
+/* The protocols a connection can run, by ALPN id (RFC 7301), in our order of preference: TLS
+ * advertises exactly these, and the first one the client also offers is started. */
+static const struct {
+    const char *alpn;
+    const kh_proto_vt *vt;
+    void (*start)(kh_conn *c);
+} protos[] = {
+    /* TODO(h2 merge): add `#include "kh_h2.h"` and this line to serve HTTP/2 over TLS:
+     * {"h2", &kh_h2_proto, kh_h2_start}, */
+    {"http/1.1", &kh_h1_proto, kh_h1_start},
+};
 
 /* The one write libuv holds for a connection: the bytes must live until write_cb (libuv). */
 typedef struct kh_write_op {
@@ -63,7 +79,31 @@ static void peer_from_sockaddr(kh_addr *a, const struct sockaddr_storage *ss)
     }
 }
 
-void kh_conn_accept(kh_worker *w, uv_stream_t *listener)
+size_t kh_conn_alpn_wire(unsigned char *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < KH_ARRAY_LEN(protos); i++) {
+        size_t len = strlen(protos[i].alpn);
+        if (n + 1 + len > cap)
+            break;
+        out[n++] = (unsigned char)len;
+        memcpy(out + n, protos[i].alpn, len);
+        n += len;
+    }
+    return n;
+}
+
+void kh_conn_start_proto(kh_conn *c, const char *alpn, size_t len)
+{
+    size_t i = KH_ARRAY_LEN(protos) - 1; /* http/1.1: cleartext, or no ALPN in the ClientHello */
+    for (size_t j = 0; j < KH_ARRAY_LEN(protos) && len; j++)
+        if (strlen(protos[j].alpn) == len && memcmp(protos[j].alpn, alpn, len) == 0)
+            i = j;
+    c->proto = protos[i].vt;
+    protos[i].start(c);
+}
+
+void kh_conn_accept(kh_worker *w, uv_stream_t *listener, kh_tls_ctx *tls)
 {
     kh_conn *c = kh_xcalloc(1, sizeof *c);
     c->w = w;
@@ -88,8 +128,18 @@ void kh_conn_accept(kh_worker *w, uv_stream_t *listener)
     int len = sizeof ss;
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
         peer_from_sockaddr(&c->peer, &ss);
-    c->proto = &kh_h1_proto;
-    kh_h1_start(c);
+    if (tls) {
+        /* The protocol starts once the handshake has picked it (kh_conn_start_proto). */
+        c->tls = kh_tls_new(tls, c);
+        if (c->tls == NULL) {
+            KH_LOG_WARN("tls: cannot create a session: closing a new connection");
+            kh_conn_close(c);
+            return;
+        }
+        kh_conn_set_timeout(c, KH_TO_TLS_HANDSHAKE);
+    } else {
+        kh_conn_start_proto(c, NULL, 0);
+    }
     start_reading(c);
 }
 
@@ -111,6 +161,44 @@ static void feed(kh_conn *c, char *data, size_t n, int from_in)
         stop_reading(c);
 }
 
+/* Ciphertext in: kh_tls appends the plaintext to `in`, which the protocol is offered as usual. */
+static void tls_read(kh_conn *c, const char *p, size_t n)
+{
+    size_t before = c->in.len;
+    int r = kh_tls_read(c->tls, p, n);
+    if (c->flags & KH_CONN_F_CLOSING)
+        return;
+    if (r < 0) {
+        /* Peer garbage or a failed handshake: send the alert OpenSSL queued, then close. */
+        kh_conn_set_timeout(c, KH_TO_NONE);
+        kh_conn_close_after_write(c);
+        return;
+    }
+    if (c->in.len > before)
+        c->flags |= KH_CONN_F_HAS_INPUT;
+    if (c->in.len && c->proto && before) {
+        feed(c, c->in.base, c->in.len, 1); /* as read_cb does when `in` held bytes already */
+    } else if (c->in.len && c->proto) {
+        /* Fresh plaintext only: offer it the way read_cb offers the slab, with `in` empty while
+         * the protocol looks (h1 reads in.len as "bytes of a next request are waiting"); what
+         * it leaves is copied back into `in`. */
+        kh_buf plain = c->in;
+        memset(&c->in, 0, sizeof c->in);
+        feed(c, plain.base, plain.len, 0);
+        kh_buf_release(&plain, &c->w->bufs);
+    } else if (c->flags & KH_CONN_F_PAUSED) {
+        stop_reading(c);
+    }
+    if (r == 1 && !(c->flags & KH_CONN_F_CLOSING)) {
+        stop_reading(c); /* close_notify: no more input, as with a FIN */
+        c->flags |= KH_CONN_F_EOF;
+        if (c->proto && c->proto->on_eof)
+            c->proto->on_eof(c);
+        else
+            kh_conn_close(c);
+    }
+}
+
 static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
 {
     kh_conn *c = st->data;
@@ -125,7 +213,7 @@ static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
         }
         if (n != UV_EOF)
             KH_LOG_DEBUG("c%u read: %s", c->id, uv_strerror((int)n));
-        if (n == UV_EOF && c->proto->on_eof)
+        if (n == UV_EOF && c->proto && c->proto->on_eof)
             c->proto->on_eof(c);
         else
             kh_conn_close(c);
@@ -133,17 +221,22 @@ static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
     }
     if (c->flags & KH_CONN_F_LINGERING)
         return; /* draining after an error reply: the bytes are dropped */
-    c->flags |= KH_CONN_F_HAS_INPUT;
-    if (c->in.len) {
-        kh_buf_append(&c->in, &c->w->bufs, b->base, (size_t)n);
-        feed(c, c->in.base, c->in.len, 1);
+    if (c->tls) {
+        tls_read(c, b->base, (size_t)n);
     } else {
-        feed(c, b->base, (size_t)n, 0);
+        c->flags |= KH_CONN_F_HAS_INPUT;
+        if (c->in.len) {
+            kh_buf_append(&c->in, &c->w->bufs, b->base, (size_t)n);
+            feed(c, c->in.base, c->in.len, 1);
+        } else {
+            feed(c, b->base, (size_t)n, 0);
+        }
     }
     /* Answers to everything this read carried leave now, in one write: waiting for the flush
      * pass would hold the first connection of a busy turn until the last one was handled
-     * (bench: p99 at 256 connections). Late answers (from waits) still go by the flush pass. */
-    if (c->out.len && !(c->flags & KH_CONN_F_CLOSING))
+     * (bench: p99 at 256 connections). Late answers (from waits) still go by the flush pass.
+     * Over TLS the handshake flight leaves the same way. */
+    if ((c->out.len || c->tls) && !(c->flags & KH_CONN_F_CLOSING))
         kh__conn_flush(c);
 }
 
@@ -201,6 +294,9 @@ void kh__conn_on_timer(kh_timer *t, int kind)
         kh_conn_close(c);
     } else if (kind == KH_TO_LINGER) {
         kh_conn_close(c);
+    } else if (kind == KH_TO_TLS_HANDSHAKE) {
+        KH_LOG_DEBUG("c%u tls handshake timed out: closing", c->id);
+        kh_conn_close(c);
     } else {
         c->proto->on_timeout(c, kind);
     }
@@ -225,6 +321,7 @@ static void on_close(uv_handle_t *h)
     kh_worker *w = c->w;
     kh_buf_release(&c->in, &w->bufs);
     kh_buf_release(&c->out, &w->bufs);
+    kh_tls_free(c->tls, &w->bufs);
     /* a close callback runs after this turn's flush pass, but the conn may have been queued
      * again since */
     kh_worker_unschedule_flush(w, c);
@@ -238,9 +335,11 @@ static void shutdown_cb(uv_shutdown_t *req, int status)
 {
     kh_conn *c = req->data;
     free(req);
-    if (status != 0 || (c->flags & KH_CONN_F_CLOSING))
-        return;
-    if (c->flags & KH_CONN_F_EOF || c->w->limits->lingering_close_ms == 0) {
+    if (c->flags & KH_CONN_F_CLOSING)
+        return; /* UV_ECANCELED from uv_close */
+    /* A failed shutdown (ENOTCONN: the peer already reset) has nothing left to drain; before,
+     * this returned and left the connection open with no timer until the grace period. */
+    if (status != 0 || (c->flags & KH_CONN_F_EOF) || c->w->limits->lingering_close_ms == 0) {
         kh_conn_close(c);
         return;
     }
@@ -287,17 +386,25 @@ static void write_cb(uv_write_t *req, int status)
     kh_worker_schedule_flush(c->w, c);
 }
 
-/* Writes c->out: try the socket directly first (most responses leave in this one syscall),
- * then hand the rest to libuv with the buffer moved into the write op. */
+/* Writes c->out (over TLS: the ciphertext kh_tls made of it): try the socket directly first
+ * (most responses leave in this one syscall), then hand the rest to libuv with the buffer moved
+ * into the write op. */
 static void write_out(kh_conn *c)
 {
-    if (c->writing || c->out.len == 0)
+    if (c->writing)
         return;
-    uv_buf_t b = uv_buf_init(c->out.base, (unsigned)c->out.len);
+    kh_buf *src = c->tls ? kh_tls_write(c->tls, &c->out) : &c->out;
+    if (src == NULL) {
+        kh_conn_close(c);
+        return;
+    }
+    if (src->len == 0)
+        return;
+    uv_buf_t b = uv_buf_init(src->base, (unsigned)src->len);
     int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    if (n == (int)c->out.len) {
-        c->out.len = 0;
-        kh_buf_release(&c->out, &c->w->bufs);
+    if (n == (int)src->len) {
+        src->len = 0;
+        kh_buf_release(src, &c->w->bufs);
         return;
     }
     if (n < 0 && n != UV_EAGAIN) {
@@ -307,9 +414,9 @@ static void write_out(kh_conn *c)
     }
     kh_write_op *op = kh_xmalloc(sizeof *op);
     op->c = c;
-    op->buf = c->out;
+    op->buf = *src;
     op->off = n > 0 ? (size_t)n : 0;
-    memset(&c->out, 0, sizeof c->out);
+    memset(src, 0, sizeof *src);
     uv_buf_t rest = uv_buf_init(op->buf.base + op->off, (unsigned)(op->buf.len - op->off));
     int r = uv_write(&op->req, (uv_stream_t *)&c->tcp, &rest, 1, write_cb);
     if (r != 0) {
@@ -340,6 +447,13 @@ void kh__conn_flush(kh_conn *c)
         return;
     if ((c->flags & KH_CONN_F_CLOSE_AFTER_WRITE) && !c->writing && c->out.len == 0 &&
         !(c->flags & KH_CONN_F_LINGERING)) {
+        /* TLS: close_notify goes out before our FIN (RFC 8446 §6.1), so that the peer can
+         * tell a complete response from a truncation. */
+        if (c->tls && kh_tls_close_notify(c->tls)) {
+            write_out(c);
+            if ((c->flags & KH_CONN_F_CLOSING) || c->writing)
+                return; /* write_cb schedules the next flush */
+        }
         c->flags &= ~KH_CONN_F_CLOSE_AFTER_WRITE;
         stop_reading(c);
         start_lingering_close(c);

@@ -1,6 +1,7 @@
 /* kh_conn.h: a TCP connection and the narrow interface to the protocol that runs on it.
  * Owns:  the uv_tcp_t, the unconsumed input (in), the output queue (out, plus one in-flight
- *        write), its timeout entry, and the protocol's inline state.
+ *        write), its timeout entry, the protocol's inline state, and on a TLS listener its
+ *        kh_tls transport (then `in` and `out` hold plaintext).
  * In:    bytes from the socket (lent from the worker's read slab), protocol output, timeouts.
  * Out:   on_read/on_eof/on_timeout/on_shutdown/on_close calls into the protocol; writes.
  * Never: parses a byte of HTTP.
@@ -17,6 +18,8 @@
 #include "kh_worker.h"
 
 typedef struct kh_conn kh_conn;
+typedef struct kh_tls kh_tls;
+typedef struct kh_tls_ctx kh_tls_ctx;
 
 typedef struct kh_proto_vt {
     const char *name;
@@ -46,8 +49,9 @@ enum {
 struct kh_conn {
     uv_tcp_t tcp;
     kh_worker *w;
-    const kh_proto_vt *proto;
+    const kh_proto_vt *proto; /* NULL while a TLS handshake runs */
     kh_conn *flush_next;
+    kh_tls *tls;              /* NULL on a cleartext listener */
     kh_buf in;
     kh_buf out;
     struct kh_write_op *writing; /* the one write libuv holds, or NULL */
@@ -59,8 +63,17 @@ struct kh_conn {
     uint64_t proto_inline[2]; /* the protocol's per-connection state, when it is this small */
 };
 
-/* Accepts a connection from a listener on worker w (called by kh_worker). */
-void kh_conn_accept(kh_worker *w, uv_stream_t *listener);
+/* Accepts a connection from a listener on worker w (called by kh_worker); tls is the listener's
+ * TLS context, or NULL for cleartext. */
+void kh_conn_accept(kh_worker *w, uv_stream_t *listener, kh_tls_ctx *tls);
+
+/* Starts the protocol named by an ALPN id (RFC 7301), e.g. "http/1.1"; len 0 means none was
+ * negotiated (HTTP/1.1). kh_tls calls it when the handshake completes. This is the one place
+ * that maps ALPN ids to protocol modules (the table in kh_conn.c). */
+void kh_conn_start_proto(kh_conn *c, const char *alpn, size_t len);
+/* Writes the ALPN ids of that table in wire format (length-prefixed, preference order) into
+ * out; returns the length. */
+size_t kh_conn_alpn_wire(unsigned char *out, size_t cap);
 
 /* Output: append bytes (copied) and make sure a flush happens this loop turn. */
 void kh_conn_write(kh_conn *c, const void *p, size_t n);

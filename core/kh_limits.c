@@ -67,9 +67,9 @@ int kh_limits_set(kh_limits *l, const char *name, const char *value, char *err, 
 
 void kh_limits_print(const kh_limits *l, FILE *out)
 {
-    fprintf(out, "%-22s %14s %14s %16s  %s\n", "limit", "value", "min", "max", "meaning");
+    fprintf(out, "%-24s %14s %14s %16s  %s\n", "limit", "value", "min", "max", "meaning");
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
-        fprintf(out, "%-22s %14" PRIu64 " %14" PRIu64 " %16" PRIu64 "  %s\n", defs[i].name,
+        fprintf(out, "%-24s %14" PRIu64 " %14" PRIu64 " %16" PRIu64 "  %s\n", defs[i].name,
                 *(const uint64_t *)((const char *)l + defs[i].offset), defs[i].min, defs[i].max,
                 defs[i].doc);
 }

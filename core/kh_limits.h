@@ -27,7 +27,9 @@
     X(pool_msg_bytes, 8388608, 64, 1073741824, "max bytes of copied k.blocking/publish values")   \
     X(slice_warn_ms, 20, 0, 600000, "log a Lua slice that runs longer (0: off)")                  \
     X(defer_timeout_ms, 60000, 1, 86400000, "default res:defer() timeout (then 504)")             \
-    X(stall_report_ms, 1000, 100, 3600000, "report a worker loop stalled this long")
+    X(stall_report_ms, 1000, 100, 3600000, "report a worker loop stalled this long")              \
+    X(tls_handshake_timeout_ms, 10000, 50, 3600000, "time for a TLS handshake to complete")       \
+    X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -22,6 +22,7 @@ static void on_timeout_idle(kh_timer *t) { kh__conn_on_timer(t, KH_TO_IDLE); }
 static void on_timeout_body(kh_timer *t) { kh__conn_on_timer(t, KH_TO_BODY); }
 static void on_timeout_write(kh_timer *t) { kh__conn_on_timer(t, KH_TO_WRITE); }
 static void on_timeout_linger(kh_timer *t) { kh__conn_on_timer(t, KH_TO_LINGER); }
+static void on_timeout_tls(kh_timer *t) { kh__conn_on_timer(t, KH_TO_TLS_HANDSHAKE); }
 
 void kh_worker_schedule_flush(kh_worker *w, kh_conn *c)
 {
@@ -120,7 +121,8 @@ static void on_connection(uv_stream_t *listener, int status)
         KH_LOG_WARN("accept: %s", uv_strerror(status));
         return;
     }
-    kh_conn_accept(w, listener);
+    size_t i = (size_t)((uv_tcp_t *)listener - w->listeners);
+    kh_conn_accept(w, listener, w->cfg->listens[i].tls ? w->cfg->tls : NULL);
 }
 
 const char *kh_worker_date(kh_worker *w)
@@ -205,6 +207,8 @@ static void shutdown_walk_cb(uv_handle_t *h, void *arg)
     kh_conn *c = h->data;
     if (c && c->proto && c->proto->on_shutdown)
         c->proto->on_shutdown(c);
+    else if (c && c->proto == NULL)
+        kh_conn_close(c); /* still in its TLS handshake: no request to finish */
 }
 
 static void finish_stop(kh_worker *w)
@@ -346,6 +350,7 @@ int kh_worker_start(kh_worker *w, int id, const kh_config *cfg)
     kh_timeq_init(&w->timeq[KH_TO_BODY], l->body_timeout_ms, on_timeout_body);
     kh_timeq_init(&w->timeq[KH_TO_WRITE], l->write_timeout_ms, on_timeout_write);
     kh_timeq_init(&w->timeq[KH_TO_LINGER], l->lingering_close_ms, on_timeout_linger);
+    kh_timeq_init(&w->timeq[KH_TO_TLS_HANDSHAKE], l->tls_handshake_timeout_ms, on_timeout_tls);
     /* One tick drives every timeout queue; a quarter of the shortest timeout keeps the error
      * within 25% without waking an idle worker more than a few times a second. */
     uint64_t shortest = UINT64_MAX;

@@ -27,6 +27,7 @@ typedef struct kh_listen_addr {
     char host[64];
     int port;          /* after binding: the real port (0 resolved) */
     int family;        /* AF_INET | AF_INET6 */
+    int tls;           /* connections on it speak TLS (kh_config.tls) */
     int *fds;          /* one SO_REUSEPORT socket per worker */
 } kh_listen_addr;
 
@@ -45,6 +46,7 @@ typedef struct kh_config {
     kh_worker *all;          /* every worker, for kh_worker_post */
     kh_threadpool *pool;     /* k.blocking */
     kh_shdict_reg *shdicts;  /* k.shared */
+    struct kh_tls_ctx *tls; /* certificates and ticket keys for TLS listeners, or NULL */
 } kh_config;
 
 enum kh_timeout_kind {
@@ -54,6 +56,7 @@ enum kh_timeout_kind {
     KH_TO_BODY,
     KH_TO_WRITE,
     KH_TO_LINGER,
+    KH_TO_TLS_HANDSHAKE,
     KH_TO__COUNT
 };
 

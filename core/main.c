@@ -19,6 +19,7 @@
 #include "kh_log.h"
 #include "kh_shdict.h"
 #include "kh_threadpool.h"
+#include "kh_tls.h"
 #include "kh_worker.h"
 
 extern const kh_app_vt kh_lua_app; /* lua/kh_lua.h: the one thing main knows of the binding */
@@ -79,9 +80,21 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: khamsin [options] app.lua\n"
             "\n"
-            "  --listen HOST:PORT     listen address (repeatable; IPv6 as [::1]:8080; port 0 picks a\n"
-            "                         free port, logged as 'listening on HOST:PORT (tcp)').\n"
-            "                         Default 0.0.0.0:8080\n"
+            "  --listen [SCHEME://]HOST:PORT\n"
+            "                         listen address (repeatable; IPv6 as [::1]:8080; port 0 picks a\n"
+            "                         free port, logged as 'listening on HOST:PORT (tcp|tls)').\n"
+            "                         SCHEME tls:// (or https://) is a TLS listener, tcp:// (or\n"
+            "                         http://) a cleartext one; without a scheme the listener is TLS\n"
+            "                         when a certificate is configured, cleartext otherwise. So\n"
+            "                         --listen :8080 --listen tls://:8443 --tls-cert c --tls-key k\n"
+            "                         serves both. Default 0.0.0.0:8080\n"
+            "  --tls-cert PEM         certificate chain (leaf first; ECDSA or RSA) for TLS listeners;\n"
+            "  --tls-key PEM          and its private key. Repeatable in pairs: the certificate whose\n"
+            "                         names match the client's SNI is used, the first pair otherwise\n"
+            "  --tls-self-signed      generate an in-memory P-256 certificate for localhost and log the\n"
+            "                         base64 SHA-256 of its public key (Chromium's\n"
+            "                         --ignore-certificate-errors-spki-list takes it)\n"
+            "  --tls12                also accept TLS 1.2 (default: TLS 1.3 only)\n"
             "  --workers N            worker threads, each with its own loop and Lua state\n"
             "                         (default: number of cores; --dev: 1)\n"
             "  --dev                  development mode: Lua tracebacks in 500 pages, one worker\n"
@@ -95,11 +108,25 @@ static void usage(FILE *out)
             "  --version, --help\n");
 }
 
-/* "127.0.0.1:8080", "[::1]:0", ":8080" (all IPv4 addresses), "8080". */
+/* "127.0.0.1:8080", "[::1]:0", ":8080" (all IPv4 addresses), "8080", each optionally after
+ * "tls://" / "https://" (la->tls = 1) or "tcp://" / "http://" (0); no scheme leaves -1. */
 static int parse_listen(const char *arg, kh_listen_addr *la)
 {
     const char *colon;
     memset(la, 0, sizeof *la);
+    la->tls = -1;
+    static const struct {
+        const char *prefix;
+        int tls;
+    } schemes[] = {{"tls://", 1}, {"https://", 1}, {"tcp://", 0}, {"http://", 0}};
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        size_t n = strlen(schemes[i].prefix);
+        if (strncmp(arg, schemes[i].prefix, n) == 0) {
+            la->tls = schemes[i].tls;
+            arg += n;
+            break;
+        }
+    }
     if (arg[0] == '[') {
         const char *end = strchr(arg, ']');
         if (!end || end[1] != ':' || (size_t)(end - arg - 1) >= sizeof la->host)
@@ -204,6 +231,9 @@ int main(int argc, char **argv)
     const char *access_log = NULL;
     kh_listen_addr listens[64];
     int nlisten = 0;
+    const char *tls_certs[16], *tls_keys[16];
+    int ncert = 0, nkey = 0;
+    kh_tls_opts tls_opts = {0};
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -230,6 +260,21 @@ int main(int argc, char **argv)
                 return 2;
             }
             nlisten++;
+        } else if (strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0) {
+            NEED_VALUE();
+            int is_cert = a[6] == 'c';
+            if ((is_cert ? ncert : nkey) == 16) {
+                fprintf(stderr, "khamsin: %s: at most 16\n", a);
+                return 2;
+            }
+            if (is_cert)
+                tls_certs[ncert++] = v;
+            else
+                tls_keys[nkey++] = v;
+        } else if (strcmp(a, "--tls-self-signed") == 0) {
+            tls_opts.self_signed = 1;
+        } else if (strcmp(a, "--tls12") == 0) {
+            tls_opts.tls12 = 1;
         } else if (strcmp(a, "--workers") == 0) {
             NEED_VALUE();
             char *end;
@@ -311,6 +356,43 @@ int main(int argc, char **argv)
         cfg.workers = cfg.dev ? 1 : (int)uv_available_parallelism();
     if (nlisten == 0)
         parse_listen("0.0.0.0:8080", &listens[nlisten++]);
+    if (ncert != nkey) {
+        fprintf(stderr, "khamsin: %d --tls-cert but %d --tls-key: give them in pairs\n", ncert,
+                nkey);
+        return 2;
+    }
+    if (ncert && tls_opts.self_signed) {
+        fprintf(stderr, "khamsin: --tls-self-signed and --tls-cert exclude each other\n");
+        return 2;
+    }
+    int have_cert = ncert > 0 || tls_opts.self_signed;
+    int any_tls = 0;
+    for (int i = 0; i < nlisten; i++) {
+        if (listens[i].tls < 0)
+            listens[i].tls = have_cert;
+        if (listens[i].tls && !have_cert) {
+            fprintf(stderr, "khamsin: --listen tls://%s:%d needs --tls-cert and --tls-key, or "
+                            "--tls-self-signed\n", listens[i].host, listens[i].port);
+            return 2;
+        }
+        any_tls |= listens[i].tls;
+    }
+    if (any_tls) {
+        /* Certificates load here, on the main thread, before any worker runs (design.md §4). */
+        char err[1024];
+        tls_opts.certs = tls_certs;
+        tls_opts.keys = tls_keys;
+        tls_opts.num_certs = ncert;
+        tls_opts.ticket_rotate_s = cfg.limits.tls_ticket_rotate_s;
+        cfg.tls = kh_tls_ctx_new(&tls_opts, err, sizeof err);
+        if (cfg.tls == NULL) {
+            fprintf(stderr, "khamsin: %s\n", err);
+            return 1;
+        }
+        if (tls_opts.self_signed)
+            KH_LOG_INFO("tls: self-signed certificate for localhost, 127.0.0.1, ::1; "
+                        "SPKI sha256 %s", kh_tls_ctx_spki_sha256(cfg.tls));
+    }
     if (access_log) {
         if (strcmp(access_log, "-") == 0) {
             cfg.access_log_fd = 1;
@@ -378,13 +460,15 @@ int main(int argc, char **argv)
                     close(listens[i].fds[j]);
             free(listens[i].fds);
         }
+        kh_tls_ctx_free(cfg.tls);
         return 1;
     }
     for (int i = 0; i < nlisten; i++) {
+        const char *kind = listens[i].tls ? "tls" : "tcp";
         if (listens[i].family == AF_INET6)
-            KH_LOG_INFO("listening on [%s]:%d (tcp)", listens[i].host, listens[i].port);
+            KH_LOG_INFO("listening on [%s]:%d (%s)", listens[i].host, listens[i].port, kind);
         else
-            KH_LOG_INFO("listening on %s:%d (tcp)", listens[i].host, listens[i].port);
+            KH_LOG_INFO("listening on %s:%d (%s)", listens[i].host, listens[i].port, kind);
     }
     KH_LOG_INFO("khamsin %s: %d worker%s serving %s%s", KH_VERSION, cfg.workers,
                 cfg.workers == 1 ? "" : "s", cfg.script, cfg.dev ? " (dev)" : "");
@@ -420,6 +504,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < nlisten; i++)
         free(listens[i].fds);
     free(workers);
+    kh_tls_ctx_free(cfg.tls);
     KH_LOG_INFO("stopped");
     return 0;
 }

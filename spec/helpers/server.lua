@@ -418,11 +418,15 @@ local function alias_bin(bin, dir)
     return link
 end
 
--- Parses the "listening on HOST:PORT (tcp)" lines of a log text.
+-- Parses the "listening on HOST:PORT (tcp)" and "... (tls)" lines of a log text; TLS
+-- listeners have tls = true.
 local function listening_lines(log)
     local out = {}
-    for host, port in log:gmatch("listening on (%S+):(%d+) %(tcp%)") do
-        out[#out + 1] = { host = host, port = tonumber(port), addr = host .. ":" .. port }
+    for host, port, kind in log:gmatch("listening on (%S+):(%d+) %((%a+)%)") do
+        if kind == "tcp" or kind == "tls" then
+            out[#out + 1] = { host = host, port = tonumber(port), addr = host .. ":" .. port,
+                tls = kind == "tls" }
+        end
     end
     return out
 end
@@ -430,7 +434,11 @@ M.listening_lines = listening_lines
 
 -- server.start{app = "<lua source>", args = {...}, workers = 1, env = {...},
 --              listen = {"127.0.0.1:0", ...}, dev = false, expect_errors = {"pattern", ...},
---              start_timeout = 5}
+--              start_timeout = 5, tls = nil|true|false}
+-- TLS: tls = true serves only TLS (--tls-self-signed on 127.0.0.1:0). Without `listen` and
+-- `tls`, a server has a cleartext listener (srv.listens[1]) and a TLS one after it, so that
+-- every spec can run its requests over "h1+tls" too; tls = false leaves TLS out.
+-- srv.tls_listens lists the TLS listeners.
 function M.start(opts)
     opts = opts or {}
     local bin = check_bin()
@@ -452,6 +460,23 @@ function M.start(opts)
 
     local listen = opts.listen or { "127.0.0.1:0" }
     local args = {}
+    local has_cert = false
+    for _, a in ipairs(opts.args or {}) do
+        if a == "--tls-cert" or a == "--tls-self-signed" then has_cert = true end
+    end
+    if opts.tls == true then
+        if not opts.listen then listen = { "tls://127.0.0.1:0" } end
+    elseif opts.tls == nil and not opts.listen and not has_cert then
+        listen = { "tcp://127.0.0.1:0", "tls://127.0.0.1:0" }
+    end
+    for _, l in ipairs(listen) do
+        if l:match("^tls://") or l:match("^https://") then
+            if not has_cert then
+                args[#args + 1] = "--tls-self-signed"
+                has_cert = true
+            end
+        end
+    end
     for _, l in ipairs(listen) do
         args[#args + 1] = "--listen"
         args[#args + 1] = l
@@ -497,6 +522,10 @@ function M.start(opts)
             want, code and ("exited with code " .. code) or "timed out", table.concat(args, " "), log), 2)
     end
     self.listens = found
+    self.tls_listens = {}
+    for _, l in ipairs(found) do
+        if l.tls then self.tls_listens[#self.tls_listens + 1] = l end
+    end
     self.port = found[1].port
     self.host = found[1].host
     return self
@@ -644,7 +673,7 @@ end
 
 function Server:url(path, listen)
     local l = listen or self.listens[1]
-    return "http://" .. l.host .. ":" .. l.port .. (path or "/")
+    return (l.tls and "https://" or "http://") .. l.host .. ":" .. l.port .. (path or "/")
 end
 
 ---------------------------------------------------------------------------------------------
@@ -654,15 +683,28 @@ end
 
 local CURL_PROTO = {
     h1 = { "--http1.1" },
+    ["h1+tls"] = { "--http1.1", "-k" }, -- -k: the spec servers use --tls-self-signed
 }
+local PROTO_TLS = { ["h1+tls"] = true }
 
 function Server:request(r)
     r = r or {}
     local proto = r.proto or "h1"
     local proto_args = CURL_PROTO[proto]
     if not proto_args then error("protocol not supported by the spec helper yet: " .. proto, 2) end
-    local l = r.listen or self.listens[1]
-    local url = "http://" .. (r.host or l.host) .. ":" .. (r.port or l.port) .. (r.path or "/")
+    local l = r.listen
+    if not l then
+        local want_tls = PROTO_TLS[proto] or false
+        for _, cand in ipairs(self.listens) do
+            if (cand.tls or false) == want_tls then l = cand break end
+        end
+        if not l then
+            error(string.format("no %s listener for proto %s (server.start{tls = ...})",
+                want_tls and "TLS" or "cleartext", proto), 2)
+        end
+    end
+    local url = (PROTO_TLS[proto] and "https://" or "http://") .. (r.host or l.host) .. ":"
+        .. (r.port or l.port) .. (r.path or "/")
     local n = (self.nreq or 0) + 1
     self.nreq = n
     local hdr_path = string.format("%s/curl%d.hdr", self.dir, n)
@@ -838,9 +880,10 @@ end
 ---------------------------------------------------------------------------------------------
 -- protocols and environment
 
--- Calls fn(proto) for every protocol srv:request can speak. Only "h1" for now; later issues
--- add h1+TLS, h2c, h2 and h3. $KHAMSIN_PROTOS (comma list) narrows the set.
-M.protocols = { "h1" }
+-- Calls fn(proto) for every protocol srv:request can speak: "h1" and "h1+tls" (HTTP/1.1 over
+-- TLS 1.3, on the server's TLS listener); later issues add h2c, h2 and h3. $KHAMSIN_PROTOS
+-- (comma list) narrows the set.
+M.protocols = { "h1", "h1+tls" }
 function M.each_protocol(fn)
     local only = os.getenv("KHAMSIN_PROTOS")
     for _, p in ipairs(M.protocols) do

@@ -1,0 +1,540 @@
+/* kh_tls.c: TLS transport on OpenSSL 3.0 (see kh_tls.h).
+ * Owns:  the SSL_CTXs (built on the main thread, read-only afterwards), the ticket key ring (the
+ *        one mutable thing the workers share, behind ticket_mu), each connection's SSL and its
+ *        pending ciphertext.
+ * In:    certificate files or --tls-self-signed at start-up; ciphertext and plaintext from kh_conn.
+ * Out:   ciphertext for kh_conn to write; plaintext in c->in; kh_conn_start_proto after ALPN.
+ * Never: blocks, touches the socket, or logs peer garbage above DEBUG.
+ *
+ * I/O goes through a BIO of our own rather than BIO_s_mem: its read side hands OpenSSL the bytes
+ * lent from the worker's read slab (no copy, nothing kept once they are consumed), and its write
+ * side appends to a kh_buf from the worker's block cache that the conn's write op takes over.
+ * A BIO_s_mem pair would keep its grown BUF_MEM for the life of an idle connection (h2o does the
+ * same for the same reason). */
+#include "kh_tls.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <time.h>
+
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <uv.h>
+
+#include "kh_conn.h"
+#include "kh_err.h"
+#include "kh_log.h"
+
+/* Session tickets (RFC 8446 §4.6.1): one AES-256-CBC + HMAC-SHA256 key encrypts new tickets for
+ * ticket_rotate_s, then only decrypts for as long (its tickets get a fresh one, return 2), so a
+ * ticket is accepted for at most 2 * ticket_rotate_s and a stolen key exposes a bounded window. */
+typedef struct ticket_key {
+    unsigned char name[16];
+    unsigned char aes[32];
+    unsigned char hmac[32];
+    uint64_t created; /* monotonic seconds */
+} ticket_key;
+
+struct kh_tls_ctx {
+    SSL_CTX **ctxs; /* [0] is the default; SNI (RFC 6066 §3) may switch to another */
+    X509 **certs;   /* borrowed from each ctx, for the SNI match */
+    int n;
+    char spki[64];
+    unsigned char alpn[64]; /* ALPN ids we serve, wire format, in our preference order */
+    size_t alpn_len;
+    BIO_METHOD *bio_method;
+    uint64_t rotate_s;
+    uv_mutex_t ticket_mu; /* guards keys[]: held for a copy, never across crypto */
+    ticket_key keys[2];   /* [0] encrypts, [1] the previous one still decrypts */
+};
+
+struct kh_tls {
+    SSL *ssl;
+    kh_conn *c;
+    const char *in_p; /* ciphertext lent for the current kh_tls_read */
+    size_t in_n;
+    kh_buf cipher;    /* ciphertext waiting to be written */
+    uint8_t established;
+    uint8_t failed;
+    uint8_t closed;   /* close_notify queued */
+};
+
+static uint64_t mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec;
+}
+
+/* The first OpenSSL error on this thread's queue, then an empty queue. */
+static const char *ssl_err(char *buf, size_t len)
+{
+    unsigned long e = ERR_get_error();
+    if (e == 0)
+        snprintf(buf, len, "unknown error");
+    else
+        ERR_error_string_n(e, buf, len);
+    ERR_clear_error();
+    return buf;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* the connection BIO */
+
+static int bio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static int bio_destroy(BIO *b)
+{
+    BIO_set_data(b, NULL);
+    return 1;
+}
+
+static int bio_read(BIO *b, char *out, int len)
+{
+    kh_tls *s = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (s == NULL || s->in_n == 0) {
+        BIO_set_retry_read(b);
+        return -1;
+    }
+    size_t n = KH_MIN(s->in_n, (size_t)len);
+    memcpy(out, s->in_p, n);
+    s->in_p += n;
+    s->in_n -= n;
+    return (int)n;
+}
+
+static int bio_write(BIO *b, const char *p, int len)
+{
+    kh_tls *s = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (s == NULL || len < 0)
+        return -1;
+    kh_buf_append(&s->cipher, &s->c->w->bufs, p, (size_t)len);
+    return len;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    /* Writes land in memory at once, so a flush has nothing to do; every other control
+     * (kTLS, pending counts, ...) is unsupported. */
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* callbacks run during handshakes, on worker threads: they read the ctx, and lock only for
+ * the ticket keys */
+
+static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                   const unsigned char *in, unsigned int inlen, void *arg)
+{
+    kh_tls_ctx *t = arg;
+    unsigned char *sel;
+    /* Our preference order wins; no common protocol is a fatal no_application_protocol alert
+     * (RFC 7301 §3.2). A client that offers no ALPN at all never gets here: it gets HTTP/1.1. */
+    if (SSL_select_next_proto(&sel, outlen, t->alpn, (unsigned)t->alpn_len, in, inlen) !=
+        OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+static int sni_cb(SSL *ssl, int *alert, void *arg)
+{
+    kh_tls_ctx *t = arg;
+    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    if (name == NULL || t->n < 2)
+        return SSL_TLSEXT_ERR_OK;
+    for (int i = 0; i < t->n; i++) {
+        if (X509_check_host(t->certs[i], name, strlen(name), 0, NULL) == 1) {
+            if (i > 0)
+                SSL_set_SSL_CTX(ssl, t->ctxs[i]);
+            break;
+        }
+    }
+    return SSL_TLSEXT_ERR_OK; /* no match: the default certificate */
+}
+
+static void ticket_key_new(ticket_key *k, uint64_t now)
+{
+    if (RAND_bytes(k->name, sizeof k->name) != 1 || RAND_bytes(k->aes, sizeof k->aes) != 1 ||
+        RAND_bytes(k->hmac, sizeof k->hmac) != 1) {
+        KH_LOG_ERROR("tls: RAND_bytes failed: session tickets keep the previous key");
+        return;
+    }
+    k->created = now;
+}
+
+static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CTX *ectx,
+                     EVP_MAC_CTX *hctx, int enc)
+{
+    kh_tls_ctx *t = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    ticket_key k;
+    int which = 0;
+    uint64_t now = mono_s();
+    uv_mutex_lock(&t->ticket_mu);
+    if (enc) {
+        if (now - t->keys[0].created >= t->rotate_s) {
+            t->keys[1] = t->keys[0];
+            ticket_key_new(&t->keys[0], now);
+        }
+        k = t->keys[0];
+    } else {
+        which = -1;
+        for (int i = 0; i < 2; i++) {
+            if (t->keys[i].created && now - t->keys[i].created < 2 * t->rotate_s &&
+                memcmp(name, t->keys[i].name, 16) == 0) {
+                k = t->keys[i];
+                which = i;
+                break;
+            }
+        }
+    }
+    uv_mutex_unlock(&t->ticket_mu);
+    if (which < 0)
+        return 0; /* unknown or expired key: a full handshake */
+    int ok;
+    if (enc) {
+        memcpy(name, k.name, 16);
+        ok = RAND_bytes(iv, 16) == 1 &&
+             EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k.aes, iv) == 1;
+    } else {
+        ok = EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k.aes, iv) == 1;
+    }
+    OSSL_PARAM params[3];
+    params[0] = OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, k.hmac, sizeof k.hmac);
+    params[1] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
+    params[2] = OSSL_PARAM_construct_end();
+    ok = ok && EVP_MAC_CTX_set_params(hctx, params) == 1;
+    OPENSSL_cleanse(&k, sizeof k);
+    if (!ok)
+        return -1;
+    return which == 1 ? 2 : 1; /* 2: valid, but issue a ticket under the current key */
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* start-up (main thread) */
+
+static SSL_CTX *ctx_new(kh_tls_ctx *t, const kh_tls_opts *o)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (ctx == NULL)
+        return NULL;
+    SSL_CTX_set_min_proto_version(ctx, o->tls12 ? TLS1_2_VERSION : TLS1_3_VERSION);
+    SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
+    /* No renegotiation (a TLS 1.2 CPU DoS, and forbidden under h2 by RFC 9113 §9.2.1). */
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                                 SSL_OP_NO_COMPRESSION);
+    /* The 16 KiB record buffers go back after every read and write. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    /* TLS 1.2 only: ephemeral ECDH with AEAD ciphers, which is also what RFC 9113 §9.2.2 asks
+     * of h2. TLS 1.3 suites stay OpenSSL's defaults (all AEAD). */
+    SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20");
+    SSL_CTX_set1_groups_list(ctx, "X25519:P-256:P-384");
+    /* Stateless tickets only: a server-side session cache would be mutable state shared by
+     * all workers behind OpenSSL's lock. */
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"khamsin", 7);
+    SSL_CTX_set_num_tickets(ctx, 1);
+    SSL_CTX_set_timeout(ctx, (long)t->rotate_s);
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_cb);
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_cb, t);
+    SSL_CTX_set_tlsext_servername_callback(ctx, sni_cb);
+    SSL_CTX_set_tlsext_servername_arg(ctx, t);
+    SSL_CTX_set_app_data(ctx, t);
+    return ctx;
+}
+
+static int add_ext(X509 *x, int nid, const char *value)
+{
+    X509V3_CTX v3;
+    X509V3_set_ctx_nodb(&v3);
+    X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
+    X509_EXTENSION *ext = X509V3_EXT_conf_nid(NULL, &v3, nid, value);
+    if (ext == NULL)
+        return -1;
+    int r = X509_add_ext(x, ext, -1);
+    X509_EXTENSION_free(ext);
+    return r == 1 ? 0 : -1;
+}
+
+/* A P-256 certificate for localhost, 127.0.0.1 and ::1, valid from an hour ago for 365 days
+ * (its key lives only in this process, so a long validity exposes nothing; browsers cap leaf
+ * certificates at 398 days, and testssl rates "expires in < 60 days" as a finding). */
+static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
+{
+    char e[256];
+    EVP_PKEY *pk = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    BIGNUM *serial = BN_new();
+    int ok = pk && x && serial && X509_set_version(x, 2) == 1 &&
+             BN_rand(serial, 63, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
+             BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(x)) != NULL &&
+             X509_gmtime_adj(X509_getm_notBefore(x), -3600) != NULL &&
+             X509_gmtime_adj(X509_getm_notAfter(x), 365L * 24 * 3600) != NULL &&
+             X509_set_pubkey(x, pk) == 1 &&
+             X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
+                                        (const unsigned char *)"localhost", -1, -1, 0) == 1 &&
+             X509_set_issuer_name(x, X509_get_subject_name(x)) == 1 &&
+             add_ext(x, NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1,IP:::1") == 0 &&
+             add_ext(x, NID_basic_constraints, "critical,CA:FALSE") == 0 &&
+             add_ext(x, NID_key_usage, "critical,digitalSignature") == 0 &&
+             add_ext(x, NID_ext_key_usage, "serverAuth") == 0 &&
+             X509_sign(x, pk, EVP_sha256()) > 0 && SSL_CTX_use_certificate(ctx, x) == 1 &&
+             SSL_CTX_use_PrivateKey(ctx, pk) == 1;
+    if (!ok)
+        snprintf(err, errlen, "--tls-self-signed: %s", ssl_err(e, sizeof e));
+    BN_free(serial);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+    return ok ? 0 : -1;
+}
+
+static int load_pair(SSL_CTX *ctx, const char *cert, const char *key, char *err, size_t errlen)
+{
+    char e[256];
+    FILE *f;
+    /* fopen first: "No such file or directory" says more than OpenSSL's "system lib". */
+    if ((f = fopen(cert, "r")) == NULL) {
+        snprintf(err, errlen, "--tls-cert %s: %s", cert, strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    if ((f = fopen(key, "r")) == NULL) {
+        snprintf(err, errlen, "--tls-key %s: %s", key, strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+        snprintf(err, errlen, "--tls-cert %s: not a PEM certificate chain (%s)", cert,
+                 ssl_err(e, sizeof e));
+        return -1;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        snprintf(err, errlen, "--tls-key %s: not a usable PEM private key for %s (%s)", key,
+                 cert, ssl_err(e, sizeof e));
+        return -1;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        snprintf(err, errlen, "--tls-key %s does not match --tls-cert %s (%s)", key, cert,
+                 ssl_err(e, sizeof e));
+        return -1;
+    }
+    return 0;
+}
+
+static void spki_sha256(X509 *x, char *out, size_t outlen)
+{
+    unsigned char *der = NULL, md[32];
+    int len = i2d_PUBKEY(X509_get0_pubkey(x), &der);
+    out[0] = '\0';
+    if (len <= 0 || outlen < 45)
+        return;
+    EVP_Digest(der, (size_t)len, md, NULL, EVP_sha256(), NULL);
+    EVP_EncodeBlock((unsigned char *)out, md, 32);
+    OPENSSL_free(der);
+}
+
+kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
+{
+    kh_tls_ctx *t = kh_xcalloc(1, sizeof *t);
+    int n = o->self_signed ? 1 : o->num_certs;
+    t->rotate_s = o->ticket_rotate_s ? o->ticket_rotate_s : 3600;
+    uv_mutex_init(&t->ticket_mu);
+    ticket_key_new(&t->keys[0], mono_s());
+    t->alpn_len = kh_conn_alpn_wire(t->alpn, sizeof t->alpn);
+    t->ctxs = kh_xcalloc((size_t)n, sizeof(SSL_CTX *));
+    t->certs = kh_xcalloc((size_t)n, sizeof(X509 *));
+    t->bio_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "khamsin conn");
+    if (t->bio_method == NULL || BIO_meth_set_write(t->bio_method, bio_write) != 1 ||
+        BIO_meth_set_read(t->bio_method, bio_read) != 1 ||
+        BIO_meth_set_ctrl(t->bio_method, bio_ctrl) != 1 ||
+        BIO_meth_set_create(t->bio_method, bio_create) != 1 ||
+        BIO_meth_set_destroy(t->bio_method, bio_destroy) != 1) {
+        snprintf(err, errlen, "tls: cannot create the connection BIO");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        SSL_CTX *ctx = ctx_new(t, o);
+        if (ctx == NULL) {
+            snprintf(err, errlen, "tls: SSL_CTX_new failed");
+            goto fail;
+        }
+        t->ctxs[t->n++] = ctx;
+        if (o->self_signed ? self_signed(ctx, err, errlen)
+                           : load_pair(ctx, o->certs[i], o->keys[i], err, errlen))
+            goto fail;
+        t->certs[i] = SSL_CTX_get0_certificate(ctx);
+    }
+    spki_sha256(t->certs[0], t->spki, sizeof t->spki);
+    return t;
+fail:
+    kh_tls_ctx_free(t);
+    return NULL;
+}
+
+const char *kh_tls_ctx_spki_sha256(const kh_tls_ctx *t)
+{
+    return t->spki;
+}
+
+void kh_tls_ctx_free(kh_tls_ctx *t)
+{
+    if (t == NULL)
+        return;
+    for (int i = 0; i < t->n; i++)
+        SSL_CTX_free(t->ctxs[i]);
+    free(t->ctxs);
+    free(t->certs);
+    if (t->bio_method)
+        BIO_meth_free(t->bio_method);
+    OPENSSL_cleanse(t->keys, sizeof t->keys);
+    uv_mutex_destroy(&t->ticket_mu);
+    free(t);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* per connection (worker thread) */
+
+kh_tls *kh_tls_new(kh_tls_ctx *t, kh_conn *c)
+{
+    kh_tls *s = kh_xcalloc(1, sizeof *s);
+    s->c = c;
+    s->ssl = SSL_new(t->ctxs[0]);
+    BIO *b = s->ssl ? BIO_new(t->bio_method) : NULL;
+    if (b == NULL) {
+        SSL_free(s->ssl);
+        free(s);
+        ERR_clear_error();
+        return NULL;
+    }
+    BIO_set_data(b, s);
+    SSL_set_bio(s->ssl, b, b); /* one reference, used for both directions */
+    SSL_set_accept_state(s->ssl);
+    return s;
+}
+
+void kh_tls_free(kh_tls *s, kh_bufcache *bufs)
+{
+    if (s == NULL)
+        return;
+    SSL_free(s->ssl);
+    kh_buf_release(&s->cipher, bufs);
+    free(s);
+}
+
+int kh_tls_established(const kh_tls *s)
+{
+    return s->established;
+}
+
+static int fail(kh_tls *s, const char *what, int ret)
+{
+    char e[256];
+    int code = SSL_get_error(s->ssl, ret);
+    s->failed = 1;
+    if (code == SSL_ERROR_SYSCALL || code == SSL_ERROR_SSL)
+        KH_LOG_DEBUG("c%u tls %s: %s", s->c->id, what, ssl_err(e, sizeof e));
+    else
+        KH_LOG_DEBUG("c%u tls %s: SSL_get_error %d", s->c->id, what, code);
+    ERR_clear_error();
+    return KH_EPROTO;
+}
+
+int kh_tls_read(kh_tls *s, const char *p, size_t n)
+{
+    kh_conn *c = s->c;
+    int r = 0;
+    if (s->failed || s->closed)
+        return 0; /* draining before the close: the bytes are dropped */
+    s->in_p = p;
+    s->in_n = n;
+    if (!s->established) {
+        int h = SSL_do_handshake(s->ssl);
+        if (h != 1) {
+            if (SSL_get_error(s->ssl, h) != SSL_ERROR_WANT_READ)
+                r = fail(s, "handshake", h);
+            goto out;
+        }
+        s->established = 1;
+        const unsigned char *alpn = NULL;
+        unsigned alen = 0;
+        SSL_get0_alpn_selected(s->ssl, &alpn, &alen);
+        KH_LOG_DEBUG("c%u tls: %s %s alpn=%.*s%s", c->id, SSL_get_version(s->ssl),
+                     SSL_get_cipher_name(s->ssl), (int)alen, alpn ? (const char *)alpn : "",
+                     SSL_session_reused(s->ssl) ? " resumed" : "");
+        kh_conn_start_proto(c, (const char *)alpn, alen);
+        if (c->flags & KH_CONN_F_CLOSING)
+            goto out;
+    }
+    /* Decrypt everything this read brought into `in`; records cut by the read stay inside
+     * OpenSSL until the rest arrives. */
+    for (;;) {
+        if (c->in.cap - c->in.len < 2048)
+            kh_buf_reserve(&c->in, &c->w->bufs, KH_BUF_BLOCK);
+        size_t room = KH_MIN(c->in.cap - c->in.len, (size_t)INT_MAX);
+        int k = SSL_read(s->ssl, c->in.base + c->in.len, (int)room);
+        if (k > 0) {
+            c->in.len += (size_t)k;
+            continue;
+        }
+        int code = SSL_get_error(s->ssl, k);
+        if (code == SSL_ERROR_WANT_READ)
+            break;
+        if (code == SSL_ERROR_ZERO_RETURN) {
+            r = 1; /* close_notify (RFC 8446 §6.1): the peer's end of data */
+            break;
+        }
+        r = fail(s, "read", k);
+        break;
+    }
+out:
+    s->in_p = NULL;
+    s->in_n = 0;
+    if (c->in.len == 0)
+        kh_buf_release(&c->in, &c->w->bufs);
+    if (s->cipher.len)
+        kh_worker_schedule_flush(c->w, c); /* handshake flight, tickets, alerts */
+    return r;
+}
+
+kh_buf *kh_tls_write(kh_tls *s, kh_buf *plain)
+{
+    if (plain->len && s->established && !s->failed && !s->closed) {
+        size_t off = 0;
+        while (off < plain->len) {
+            /* our BIO takes everything, so SSL_write writes it all (as 16 KiB records) */
+            int k = SSL_write(s->ssl, plain->base + off,
+                              (int)KH_MIN(plain->len - off, (size_t)INT_MAX / 2));
+            if (k <= 0) {
+                fail(s, "write", k);
+                kh_buf_release(plain, &s->c->w->bufs);
+                return NULL;
+            }
+            off += (size_t)k;
+        }
+    }
+    if (plain->len && (s->established || s->failed))
+        kh_buf_release(plain, &s->c->w->bufs); /* after a failure or close_notify: dropped */
+    return &s->cipher;
+}
+
+int kh_tls_close_notify(kh_tls *s)
+{
+    if (s->closed || !s->established || s->failed)
+        return 0;
+    s->closed = 1;
+    size_t before = s->cipher.len;
+    SSL_shutdown(s->ssl); /* 0: ours is sent, the peer's is not awaited (RFC 8446 §6.1) */
+    ERR_clear_error();
+    return s->cipher.len > before;
+}

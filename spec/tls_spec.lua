@@ -1,0 +1,401 @@
+-- spec/tls_spec.lua: TLS 1.3 as a transport (core/kh_tls.c): real clients (curl, openssl
+-- s_client) against the real binary. The request specs also run over TLS through
+-- server.each_protocol ("h1+tls"); this file covers what only TLS has: versions, ALPN, SNI,
+-- resumption, certificate errors, the handshake timeout, cleartext sent to a TLS port.
+local server = require "helpers.server"
+
+local sh_quote = server.sh_quote
+
+-- Runs a shell command; returns its stdout+stderr and exit code.
+local function run(cmd)
+    local p = assert(io.popen(cmd .. " 2>&1; echo \"__rc=$?\"", "r"))
+    local out = p:read("*a")
+    p:close()
+    local rc = tonumber(out:match("__rc=(%d+)%s*$"))
+    return out:gsub("__rc=%d+%s*$", ""), rc
+end
+
+local function tmpdir()
+    local p = assert(io.popen("mktemp -d /tmp/kspec.XXXXXX"))
+    local d = p:read("*l")
+    p:close()
+    return d
+end
+
+-- openssl s_client against a TLS listener; `input` is sent, then the client waits (-ign_eof)
+-- until the server closes, so post-handshake messages (tickets) are read.
+local function s_client(srv, args, input)
+    local l = srv.tls_listens[1]
+    input = input or "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    return run(string.format("printf %s | timeout 10 openssl s_client -connect %s:%d -ign_eof %s",
+        sh_quote(input:gsub("\r", "\\r"):gsub("\n", "\\n")), l.host, l.port, args or ""))
+end
+
+local function curl(srv, args, path)
+    local l = srv.tls_listens[1]
+    return run(string.format("curl -sS -v -k --max-time 5 %s https://%s:%d%s", args or "",
+        l.host, l.port, path or "/"))
+end
+
+local APP = [[
+local k = require "khamsin"
+k.get("/", function() return "hello over tls" end)
+k.get("/big", function() return string.rep("0123456789abcdef", 131072) end) -- 2 MiB
+k.post("/echo", function(req) return 200, req:body() end)
+k.get("/scheme", function(req) return req.method .. " " .. req.path end)
+]]
+
+describe("TLS", function()
+    describe("with --tls-self-signed", function()
+        local srv
+        setup(function()
+            srv = server.start { app = APP, tls = true, workers = 2 }
+        end)
+        teardown(function()
+            if srv then srv:stop() end
+        end)
+
+        it("logs a TLS listener and the SPKI hash of the generated certificate", function()
+            local log = srv:log()
+            assert.truthy(log:find("listening on 127%.0%.0%.1:%d+ %(tls%)"))
+            local spki = log:match("SPKI sha256 (%S+)")
+            assert.truthy(spki, log)
+            assert.are.equal(44, #spki) -- base64 of 32 bytes
+            -- the same hash as openssl computes from the certificate the server presents
+            local out = run(string.format(
+                "echo | timeout 5 openssl s_client -connect 127.0.0.1:%d 2>/dev/null | openssl x509 -pubkey -noout"
+                .. " | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64",
+                srv.tls_listens[1].port))
+            assert.are.equal(spki, (out:gsub("%s+$", "")))
+        end)
+
+        it("serves curl over TLS 1.3 with ALPN http/1.1", function()
+            local out, rc = curl(srv, "--http1.1")
+            assert.are.equal(0, rc, out)
+            assert.truthy(out:find("SSL connection using TLSv1.3", 1, true), out)
+            assert.truthy(out:find("ALPN: server accepted http/1.1", 1, true), out)
+            assert.truthy(out:find("hello over tls", 1, true), out)
+        end)
+
+        it("echoes a 1 MiB body and sends a 2 MiB response (many records)", function()
+            local body = string.rep("x", 1048576 - 3) .. "end"
+            local r = srv:request { proto = "h1+tls", method = "POST", path = "/echo", body = body }
+            assert.are.equal(200, r.status, r.err)
+            assert.are.equal(#body, #r.body)
+            assert.are.equal(body, r.body)
+            r = srv:request { proto = "h1+tls", path = "/big" }
+            assert.are.equal(200, r.status, r.err)
+            assert.are.equal(2097152, #r.body)
+        end)
+
+        it("keeps a connection alive across requests", function()
+            local out, rc = curl(srv, "--http1.1", "/ https://127.0.0.1:" .. srv.tls_listens[1].port .. "/scheme")
+            assert.are.equal(0, rc, out)
+            assert.truthy(out:find("Re%-using existing connection"), out)
+            assert.truthy(out:find("GET /scheme", 1, true), out)
+        end)
+
+        it("negotiates TLS 1.3 and ALPN http/1.1 with openssl s_client", function()
+            local out = s_client(srv, "-tls1_3 -alpn http/1.1")
+            assert.truthy(out:find("New, TLSv1.3", 1, true), out)
+            assert.truthy(out:find("ALPN protocol: http/1.1", 1, true), out)
+            assert.truthy(out:find("hello over tls", 1, true), out)
+        end)
+
+        it("answers a client without ALPN with HTTP/1.1", function()
+            local out = s_client(srv, "-tls1_3")
+            assert.truthy(out:find("No ALPN negotiated", 1, true), out)
+            assert.truthy(out:find("HTTP/1.1 200", 1, true), out)
+        end)
+
+        it("refuses TLS 1.2 by default", function()
+            local out = s_client(srv, "-tls1_2")
+            assert.falsy(out:find("New, TLSv1.2", 1, true), out)
+            assert.truthy(out:find("alert protocol version", 1, true) or out:find("no protocols available", 1, true)
+                or out:find("New, (NONE)", 1, true), out)
+        end)
+
+        it("resumes a session from a ticket, on any worker", function()
+            local dir = tmpdir()
+            local sess = dir .. "/sess.pem"
+            local out = s_client(srv, "-tls1_3 -sess_out " .. sess)
+            assert.truthy(out:find("New, TLSv1.3", 1, true), out)
+            -- two workers: a few tries land on both; every one must resume (shared ticket keys)
+            for _ = 1, 4 do
+                out = s_client(srv, "-tls1_3 -sess_in " .. sess)
+                assert.truthy(out:find("Reused, TLSv1.3", 1, true), out)
+                assert.truthy(out:find("hello over tls", 1, true), out)
+            end
+            os.execute("rm -rf " .. sh_quote(dir))
+        end)
+
+        it("closes plain HTTP sent to the TLS port without a reply or an [error] line", function()
+            local data, closed = srv:raw("GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                { listen = srv.tls_listens[1], timeout = 3 })
+            assert.is_true(closed)
+            assert.falsy(data:find("HTTP/1.1", 1, true))
+            assert.are.same({}, srv:unexpected_errors())
+        end)
+
+        it("closes on garbage after the handshake started", function()
+            local c = assert(srv:raw_conn { listen = srv.tls_listens[1] })
+            c:send("\22\3\1\0\5hello" .. string.rep("\0", 64))
+            assert.is_true((c:wait_closed(3)))
+            c:close()
+        end)
+    end)
+
+    describe("handshake timeout", function()
+        it("closes a connection whose handshake stalls", function()
+            local srv = server.start { app = APP, tls = true, args = { "--tls-handshake-timeout-ms", "300" } }
+            local ok, err = pcall(function()
+                local c = assert(srv:raw_conn { listen = srv.tls_listens[1] })
+                local t0 = server.now()
+                c:send("\22\3\1\2\0\1\0\1\252\3\3") -- the first bytes of a ClientHello, then silence
+                local closed = c:wait_closed(3)
+                local took = server.now() - t0
+                c:close()
+                assert.is_true(closed)
+                assert.is_true(took >= 0.25 and took < 2, "closed after " .. took .. " s")
+                -- an idle connection that sends nothing at all is closed too
+                c = assert(srv:raw_conn { listen = srv.tls_listens[1] })
+                closed = c:wait_closed(3)
+                c:close()
+                assert.is_true(closed)
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+    end)
+
+    describe("keep-alive", function()
+        -- luasec (Debian lua-sec) for a TLS connection the spec controls byte by byte
+        local ssl = require "ssl"
+        local socket = require "socket"
+
+        local function tls_conn(l)
+            local tcp = assert(socket.tcp())
+            tcp:settimeout(3)
+            assert(tcp:connect(l.host, l.port))
+            local c = assert(ssl.wrap(tcp, { mode = "client", protocol = "any", verify = "none",
+                alpn = "http/1.1" }))
+            c:settimeout(3)
+            assert(c:dohandshake())
+            return c
+        end
+
+        local function get(c, path)
+            assert(c:send("GET " .. path .. " HTTP/1.1\r\nHost: x\r\n\r\n"))
+            local head = {}
+            while true do
+                local line = assert(c:receive("*l"))
+                if line == "" then break end
+                head[#head + 1] = line
+            end
+            local len = tonumber(table.concat(head, "\n"):lower():match("content%-length: *(%d+)"))
+            return head[1], assert(c:receive(len))
+        end
+
+        it("waits for the next request with the idle timeout, not the header timeout", function()
+            local srv = server.start { app = APP, tls = true,
+                args = { "--header-timeout-ms", "400", "--keepalive-timeout-ms", "1500" } }
+            local ok, err = pcall(function()
+                local c = tls_conn(srv.tls_listens[1])
+                local status, body = get(c, "/")
+                assert.are.equal("HTTP/1.1 200 OK", status)
+                assert.are.equal("hello over tls", body)
+                server.sleep(0.9) -- past header_timeout_ms, within keepalive_timeout_ms
+                status, body = get(c, "/scheme")
+                assert.are.equal("GET /scheme", body)
+                -- then the idle timeout closes it
+                c:settimeout(4)
+                local t0 = server.now()
+                local _, rerr = c:receive(1)
+                -- a timeout closes without close_notify, as nginx does: luasec says so
+                assert.truthy(rerr == "closed" or rerr == "unexpected eof while reading", rerr)
+                local took = server.now() - t0
+                assert.is_true(took > 1 and took < 3, "closed after " .. took .. " s")
+                c:close()
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+
+        it("answers pipelined requests sent in one TLS record, in order", function()
+            local srv = server.start { app = APP, tls = true }
+            local ok, err = pcall(function()
+                local c = tls_conn(srv.tls_listens[1])
+                assert(c:send("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /scheme HTTP/1.1\r\nHost: x\r\n\r\n"))
+                local data = ""
+                server.wait_until(3, function()
+                    local chunk, e, partial = c:receive(4096)
+                    data = data .. (chunk or partial or "")
+                    return #server.parse_responses(data) >= 2 or e == "closed"
+                end)
+                local list = server.parse_responses(data)
+                assert.are.equal(2, #list)
+                assert.are.equal("hello over tls", list[1].body)
+                assert.are.equal("GET /scheme", list[2].body)
+                c:close()
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+    end)
+
+    describe("session ticket keys", function()
+        it("rotate: a ticket resumes while its key is current or previous, not after", function()
+            -- tls_ticket_rotate_s = 2: a key encrypts for 2 s, then only decrypts until it is 4 s old
+            local srv = server.start { app = APP, tls = true, args = { "--tls-ticket-rotate-s", "2" } }
+            local ok, err = pcall(function()
+                local dir = tmpdir()
+                local sess = dir .. "/sess.pem"
+                local t0 = server.now()
+                local out = s_client(srv, "-sess_out " .. sess)
+                assert.truthy(out:find("New, TLSv1.3", 1, true), out)
+                server.sleep(math.max(0, t0 + 1.5 - server.now()))
+                out = s_client(srv, "-sess_in " .. sess)
+                assert.truthy(out:find("Reused, TLSv1.3", 1, true), out) -- a new ticket now rotates the key
+                server.sleep(math.max(0, t0 + 6.5 - server.now()))
+                out = s_client(srv, "-sess_in " .. sess)
+                assert.truthy(out:find("New, TLSv1.3", 1, true), out) -- its key is gone: full handshake
+                os.execute("rm -rf " .. sh_quote(dir))
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+    end)
+
+    describe("--tls12", function()
+        it("accepts TLS 1.2 (ECDHE with AEAD only) and still prefers TLS 1.3", function()
+            local srv = server.start { app = APP, tls = true, args = { "--tls12" } }
+            local ok, err = pcall(function()
+                local out = s_client(srv, "-tls1_2 -alpn http/1.1")
+                assert.truthy(out:find("New, TLSv1.2, Cipher is ECDHE%-"), out)
+                assert.truthy(out:find("hello over tls", 1, true), out)
+                out = s_client(srv, "-tls1_2 -cipher AES128-SHA256")
+                assert.falsy(out:find("New, TLSv1.2", 1, true), out) -- no static RSA, no CBC
+                out = s_client(srv, "")
+                assert.truthy(out:find("New, TLSv1.3", 1, true), out)
+                -- TLS 1.2 resumption through the same ticket keys
+                local dir = tmpdir()
+                s_client(srv, "-tls1_2 -sess_out " .. dir .. "/s.pem")
+                out = s_client(srv, "-tls1_2 -sess_in " .. dir .. "/s.pem")
+                assert.truthy(out:find("Reused, TLSv1.2", 1, true), out)
+                os.execute("rm -rf " .. sh_quote(dir))
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+    end)
+
+    describe("certificates from files", function()
+        local dir
+        setup(function()
+            dir = tmpdir()
+            -- a.test: ECDSA P-256, self-signed; b.test: RSA 2048 signed by a CA, chain in the file
+            local script = [[
+set -e
+cd DIR
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout a.key -out a.crt \
+  -days 2 -subj /CN=a.test -addext subjectAltName=DNS:a.test 2>/dev/null
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=khamsin-test-ca 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout b.key -out b.csr -subj /CN=b.test 2>/dev/null
+printf 'subjectAltName=DNS:b.test,DNS:*.b.test\n' > b.ext
+openssl x509 -req -in b.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out b.leaf -days 2 -extfile b.ext 2>/dev/null
+cat b.leaf ca.crt > b.crt
+printf 'not a certificate\n' > junk.pem
+]]
+            local out, rc = run("sh -c " .. sh_quote((script:gsub("DIR", dir))))
+            assert(rc == 0, out)
+        end)
+        teardown(function()
+            if dir then os.execute("rm -rf " .. sh_quote(dir)) end
+        end)
+
+        local function subject(srv, sni)
+            local out = s_client(srv, sni and ("-servername " .. sni) or "-noservername")
+            return out:match("subject=CN ?= ?([%w%.%-]+)"), out
+        end
+
+        it("picks the certificate by SNI, the first pair by default, and sends the chain", function()
+            local srv = server.start { app = APP, listen = { "tls://127.0.0.1:0" }, args = {
+                "--tls-cert", dir .. "/a.crt", "--tls-key", dir .. "/a.key",
+                "--tls-cert", dir .. "/b.crt", "--tls-key", dir .. "/b.key" } }
+            local ok, err = pcall(function()
+                local s, out = subject(srv, "a.test")
+                assert.are.equal("a.test", s, out)
+                s, out = subject(srv, "b.test")
+                assert.are.equal("b.test", s, out)
+                assert.truthy(out:find("khamsin%-test%-ca"), out) -- the intermediate is in the chain
+                s, out = subject(srv, "www.b.test")
+                assert.are.equal("b.test", s, out)
+                s, out = subject(srv, "other.test")
+                assert.are.equal("a.test", s, out)
+                s, out = subject(srv, nil)
+                assert.are.equal("a.test", s, out)
+                -- and the RSA certificate verifies against its CA with curl
+                local l = srv.tls_listens[1]
+                out = run(string.format("curl -sS --max-time 5 --cacert %s/ca.crt --resolve b.test:%d:127.0.0.1 https://b.test:%d/",
+                    dir, l.port, l.port))
+                assert.are.equal("hello over tls", out)
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+
+        it("serves cleartext and TLS listeners side by side", function()
+            local srv = server.start { app = APP, listen = { "127.0.0.1:0", "tcp://127.0.0.1:0" },
+                args = { "--tls-cert", dir .. "/a.crt", "--tls-key", dir .. "/a.key" } }
+            local ok, err = pcall(function()
+                -- a bare HOST:PORT is TLS once a certificate is configured
+                assert.are.equal(1, #srv.tls_listens)
+                assert.truthy(srv:log():find("%(tls%)"))
+                assert.truthy(srv:log():find("%(tcp%)"))
+                local r = srv:request { proto = "h1+tls" }
+                assert.are.equal("hello over tls", r.body, r.err)
+                local plain
+                for _, l in ipairs(srv.listens) do if not l.tls then plain = l end end
+                r = srv:request { proto = "h1", listen = plain }
+                assert.are.equal("hello over tls", r.body, r.err)
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+
+        local function start_fails(args)
+            local out, rc = run(sh_quote(server.bin()) .. " --listen 127.0.0.1:0 " .. args .. " /dev/null")
+            return rc, out
+        end
+
+        it("exits non-zero with a message naming a missing certificate file", function()
+            local rc, out = start_fails("--tls-cert " .. dir .. "/missing.crt --tls-key " .. dir .. "/a.key")
+            assert.are_not.equal(0, rc)
+            assert.truthy(out:find(dir .. "/missing.crt", 1, true), out)
+            assert.truthy(out:find("No such file", 1, true), out)
+        end)
+
+        it("exits non-zero on a file that is not a certificate, a wrong key, a missing key", function()
+            local rc, out = start_fails("--tls-cert " .. dir .. "/junk.pem --tls-key " .. dir .. "/a.key")
+            assert.are_not.equal(0, rc)
+            assert.truthy(out:find(dir .. "/junk.pem", 1, true), out)
+            rc, out = start_fails("--tls-cert " .. dir .. "/a.crt --tls-key " .. dir .. "/b.key")
+            assert.are_not.equal(0, rc)
+            assert.truthy(out:find(dir .. "/b.key", 1, true) and out:find("does not match", 1, true), out)
+            rc, out = start_fails("--tls-cert " .. dir .. "/a.crt")
+            assert.are_not.equal(0, rc)
+            assert.truthy(out:find("--tls-key", 1, true), out)
+            rc, out = start_fails("--listen tls://127.0.0.1:0")
+            assert.are_not.equal(0, rc)
+            assert.truthy(out:find("--tls-self-signed", 1, true), out)
+        end)
+    end)
+
+    it("documents the TLS options in --help", function()
+        local out, rc = run(sh_quote(server.bin()) .. " --help")
+        assert.are.equal(0, rc)
+        for _, opt in ipairs { "--tls-cert", "--tls-key", "--tls-self-signed", "--tls12", "tls://" } do
+            assert.truthy(out:find(opt, 1, true), opt)
+        end
+    end)
+end)

@@ -80,6 +80,13 @@ describe("deferred replies (one worker)", function()
         c:close()
     end)
 
+    server.each_protocol(function(proto)
+        it("are answered by a timer and by the pool over " .. proto, function()
+            assert.are.equal("by a timer", srv:request { proto = proto, path = "/timer" }.body)
+            assert.are.equal('{"from":"the pool"}', srv:request { proto = proto, path = "/pool" }.body)
+        end)
+    end)
+
     it("are answered by a timer and by the pool", function()
         local r = srv:request { path = "/timer" }
         assert.are.equal("by a timer", r.body)

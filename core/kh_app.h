@@ -8,6 +8,8 @@
 typedef struct kh_worker kh_worker;
 typedef struct kh_stream kh_stream;
 typedef struct kh_router kh_router;
+typedef struct kh_chan_msg kh_chan_msg;
+typedef struct kh_config kh_config;
 
 typedef struct kh_app_vt {
     /* Builds the worker's app state and fills its router. Returns 0, or -1 with a message in
@@ -21,6 +23,13 @@ typedef struct kh_app_vt {
     void (*on_body)(void *app, kh_stream *s);
     /* The protocol side of a stream the app holds is gone. */
     void (*on_abort)(void *app, kh_stream *s);
+    /* A message from the worker's mailbox (a pool result, another worker's publish or
+     * resolve). The app owns m from now on. Called outside any app code (from the async). */
+    void (*on_message)(void *app, kh_chan_msg *m);
+    /* Pool threads: each builds its own state on its own thread (may return NULL) and frees it
+     * there when the pool stops. Called with the process config (read-only). */
+    void *(*pool_thread_init)(const kh_config *cfg, int index);
+    void (*pool_thread_close)(void *state);
 } kh_app_vt;
 
 #endif

@@ -356,7 +356,11 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
             break;
         }
         case PH_WAIT:
-            kh_conn_pause(c);
+            /* Reading goes on while the app works, so a client that leaves is seen at once
+             * (its FIN or RST aborts the stream); pipelined bytes wait in the conn's `in`,
+             * up to one head's worth, then reading pauses. */
+            if (n - off > l->header_bytes)
+                kh_conn_pause(c);
             return off;
         case PH_CLOSED:
         default:
@@ -366,19 +370,21 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
     /* the body has not (fully) arrived: the handler runs now and waits for it if it asks */
     if (h->phase == PH_BODY && h->s && !HS(h->s)->dispatched && !(c->flags & KH_CONN_F_CLOSING))
         dispatch(c, h->s);
-    if (h->phase == PH_WAIT)
-        kh_conn_pause(c);
     return off;
 }
 
 static void h1_on_eof(kh_conn *c)
 {
     h1_conn *h = H(c);
-    if (h->phase == PH_WAIT && h->s) {
+    if (h->phase == PH_WAIT && h->s && !(h->s->flags & KH_STREAM_F_APP)) {
         /* half-close after a complete request: answer it, then close */
         HS(h->s)->keepalive = 0;
         return;
     }
+    /* FIN while the app still works on the request (it sleeps, waits on the pool, holds a
+     * deferred reply): HTTP/1.1 cannot tell a half-close from a client that left, and nearly
+     * every client that sends FIN here has left (nginx's lua_check_client_abort does the
+     * same). Closing aborts the stream, so the app's waits are cancelled. */
     kh_conn_close(c);
 }
 

@@ -752,14 +752,17 @@ static void h2_on_eof(kh_conn *c)
 {
     h2_conn *h = H(c);
     KH_LOG_DEBUG("c%u h2: peer FIN with %u stream(s) open", c->id, h->nstreams);
-    /* Nothing more will be read: a stream still waiting for request bytes can never complete
-     * (and a client that closed cannot be told apart from one that half-closed), so those are
-     * reset; streams whose request is complete are answered, behind a GOAWAY, and the flush pass
-     * closes once they are done. */
+    /* Nothing more will be read, and a client that closed cannot be told apart from one that
+     * half-closed (nearly all that send FIN have left; kh_h1 decides the same way): a stream
+     * still waiting for request bytes, or whose handler still works (sleeps, waits on the pool,
+     * holds a deferred reply), is reset, so the app's waits are cancelled. Responses already
+     * complete, and complete requests not yet dispatched, are answered behind a GOAWAY; the
+     * flush pass closes once they are out. */
     uint32_t answerable = 0;
     if (!(h->flags & H2_FAILED)) {
         for (kh_stream *s = h->streams; s; s = HS(s)->next) {
-            if (!(HS(s)->flags & HS_HEAD_DONE) || s->body_state == KH_BODY_READING)
+            int working = (s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED);
+            if (!(HS(s)->flags & HS_HEAD_DONE) || s->body_state == KH_BODY_READING || working)
                 nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_CANCEL);
             else
                 answerable++;

@@ -29,6 +29,12 @@
     X(h2_max_continuations, 8, 0, 1024, "HTTP/2 CONTINUATION frames after one HEADERS frame")   \
     X(h2_flood_frames, 1000, 10, 1000000, "HTTP/2 PING/SETTINGS/PRIORITY/empty DATA frames per second (then GOAWAY)") \
     X(h2_peer_resets, 200, 1, 1000000, "HTTP/2 RST_STREAM frames a peer may send per second (then GOAWAY)") \
+    X(pool_threads, 0, 0, 1024, "k.blocking pool threads (0: one per core)")                      \
+    X(pool_queue, 64, 1, 65536, "queued k.blocking jobs per pool thread (then 503)")              \
+    X(pool_msg_bytes, 8388608, 64, 1073741824, "max bytes of copied k.blocking/publish values")   \
+    X(slice_warn_ms, 20, 0, 600000, "log a Lua slice that runs longer (0: off)")                  \
+    X(defer_timeout_ms, 60000, 1, 86400000, "default res:defer() timeout (then 504)")             \
+    X(stall_report_ms, 1000, 100, 3600000, "report a worker loop stalled this long")              \
     X(tls_handshake_timeout_ms, 10000, 50, 3600000, "time for a TLS handshake to complete")       \
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again")
 

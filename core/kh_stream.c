@@ -50,6 +50,7 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
     s->bytes_sent = 0;
     s->app_data = NULL;
     s->app_wait = 0;
+    s->app_defer = NULL;
     s->body_limit = w->limits->body_bytes;
     s->start_ms = uv_now(&w->loop);
     return s;

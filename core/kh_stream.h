@@ -108,6 +108,8 @@ struct kh_stream {
     /* app side (the Lua binding's scheduler) */
     void *app_data;
     int app_wait; /* what the app waits for (its own codes); 0 when running or idle */
+    void *app_defer; /* non-NULL while a deferred reply (res:defer) holds the stream: the app
+                      * then keeps KH_STREAM_F_APP and a ref after its coroutine ended */
 
     /* protocol side, opaque to everyone else (the h1 chunked decoder lives here) */
     uint64_t proto_area[12];

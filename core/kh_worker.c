@@ -6,11 +6,13 @@
 #include "kh_worker.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kh_conn.h"
+#include "kh_err.h"
 #include "kh_log.h"
 #include "kh_router.h"
 #include "kh_stream.h"
@@ -72,6 +74,36 @@ static void flush_cb(uv_prepare_t *p)
         kh__conn_flush(c);
     }
     write_access_log(w);
+}
+
+static void inbox_cb(kh_chan *ch, kh_chan_msg *m)
+{
+    kh_worker *w = ch->data;
+    if (w->app && w->cfg->app->on_message)
+        w->cfg->app->on_message(w->app, m);
+    else if (m->dispose)
+        m->dispose(m);
+}
+
+int kh_worker_post(const kh_config *cfg, int to, kh_chan_msg *m)
+{
+    if (to < 0 || to >= cfg->workers || cfg->all == NULL) {
+        if (m->dispose)
+            m->dispose(m);
+        return KH_EINVAL;
+    }
+    return kh_chan_post(&cfg->all[to].inbox, m);
+}
+
+static void heartbeat_cb(uv_timer_t *t)
+{
+    kh_worker *w = t->data;
+    atomic_fetch_add_explicit(&w->beats, 1, memory_order_relaxed);
+}
+
+uint64_t kh_worker_beats(kh_worker *w)
+{
+    return atomic_load_explicit(&w->beats, memory_order_relaxed);
 }
 
 static void tick_cb(uv_timer_t *t)
@@ -190,6 +222,7 @@ static void finish_stop(kh_worker *w)
         uv_close((uv_handle_t *)&w->tick, NULL);
         uv_close((uv_handle_t *)&w->grace, NULL);
         uv_close((uv_handle_t *)&w->wakeup, NULL);
+        uv_close((uv_handle_t *)&w->heartbeat, NULL);
     }
 }
 
@@ -240,6 +273,7 @@ static void worker_main(void *arg)
         w->app = NULL;
         report_ready(w, -1);
         finish_stop(w);
+        kh_chan_close(&w->inbox);
         uv_run(&w->loop, UV_RUN_DEFAULT);
         return;
     }
@@ -271,6 +305,8 @@ static void worker_main(void *arg)
 
     uv_run(&w->loop, UV_RUN_DEFAULT);
 
+    /* later posts are disposed of by their posters; what is queued is disposed of here */
+    kh_chan_close(&w->inbox);
     if (w->app)
         w->cfg->app->worker_close(w->app);
     w->app = NULL;
@@ -292,6 +328,13 @@ int kh_worker_start(kh_worker *w, int id, const kh_config *cfg)
     w->loop.data = w;
     uv_async_init(&w->loop, &w->wakeup, wakeup_cb);
     w->wakeup.data = w;
+    r = kh_chan_init(&w->inbox, &w->loop, inbox_cb, w);
+    if (r)
+        return r;
+    uv_timer_init(&w->loop, &w->heartbeat);
+    w->heartbeat.data = w;
+    uv_timer_start(&w->heartbeat, heartbeat_cb, 100, 100);
+    uv_unref((uv_handle_t *)&w->heartbeat);
     w->flush_tail = &w->flush_head;
     uv_prepare_init(&w->loop, &w->flush_prepare);
     w->flush_prepare.data = w;

@@ -12,12 +12,16 @@
 
 #include "kh_app.h"
 #include "kh_buf.h"
+#include "kh_chan.h"
 #include "kh_limits.h"
 #include "kh_timer.h"
 
 typedef struct kh_conn kh_conn;
 typedef struct kh_stream kh_stream;
 typedef struct kh_router kh_router;
+typedef struct kh_threadpool kh_threadpool;
+typedef struct kh_shdict_reg kh_shdict_reg;
+typedef struct kh_worker kh_worker;
 
 typedef struct kh_listen_addr {
     char host[64];
@@ -38,6 +42,10 @@ typedef struct kh_config {
     kh_listen_addr *listens;
     int num_listens;
     const kh_app_vt *app;
+    /* the explicit, locked channels between threads (design.md §2); made by main */
+    kh_worker *all;          /* every worker, for kh_worker_post */
+    kh_threadpool *pool;     /* k.blocking */
+    kh_shdict_reg *shdicts;  /* k.shared */
     struct kh_tls_ctx *tls; /* certificates and ticket keys for TLS listeners, or NULL */
 } kh_config;
 
@@ -59,6 +67,9 @@ struct kh_worker {
     uv_thread_t thread;
     uv_loop_t loop;
     uv_async_t wakeup;
+    kh_chan inbox;          /* messages from pool threads and other workers */
+    uv_timer_t heartbeat;   /* bumps beats so main can see a stalled loop */
+    _Atomic uint64_t beats; /* written by this worker, read by main */
     uv_prepare_t flush_prepare;
     uv_timer_t tick;
     uv_timer_t grace;
@@ -97,6 +108,12 @@ int kh_worker_wait_ready(kh_worker *w);
 /* Asks a worker to stop gracefully (thread-safe). */
 void kh_worker_request_stop(kh_worker *w);
 void kh_worker_join(kh_worker *w);
+
+/* Any thread: posts m to worker `to`'s mailbox (the app's on_message receives it there).
+ * Returns 0, or KH_ECLOSED / KH_EINVAL after disposing of m. */
+int kh_worker_post(const kh_config *cfg, int to, kh_chan_msg *m);
+/* Main thread: the worker's heartbeat counter (moves every ~100 ms while its loop turns). */
+uint64_t kh_worker_beats(kh_worker *w);
 
 /* On the worker's thread: the current Date header value (refreshed once a second). */
 const char *kh_worker_date(kh_worker *w);

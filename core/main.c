@@ -17,6 +17,8 @@
 #include "kh_app.h"
 #include "kh_limits.h"
 #include "kh_log.h"
+#include "kh_shdict.h"
+#include "kh_threadpool.h"
 #include "kh_tls.h"
 #include "kh_worker.h"
 
@@ -29,6 +31,49 @@ extern const kh_app_vt kh_lua_app; /* lua/kh_lua.h: the one thing main knows of 
 static kh_config cfg;
 static kh_worker *workers;
 static int stop_signals;
+
+/* The watchdog (design.md §4: "a worker heartbeat checked by the main thread"): nothing can
+ * preempt a Lua loop inside a compiled trace, but main can say which worker is stuck. */
+typedef struct watch {
+    uint64_t beats, changed_ms;
+    int reported;
+} watch;
+static watch *watches;
+
+static void watchdog_cb(uv_timer_t *t)
+{
+    uint64_t now = uv_now(t->loop);
+    for (int i = 0; i < cfg.workers; i++) {
+        watch *wt = &watches[i];
+        uint64_t b = kh_worker_beats(&workers[i]);
+        if (b != wt->beats) {
+            if (wt->reported)
+                KH_LOG_WARN("w%d: event loop running again after a stall of %llu ms", i,
+                            (unsigned long long)(now - wt->changed_ms));
+            wt->beats = b;
+            wt->changed_ms = now;
+            wt->reported = 0;
+        } else if (!wt->reported && now - wt->changed_ms >= cfg.limits.stall_report_ms) {
+            wt->reported = 1;
+            KH_LOG_WARN("w%d: event loop stalled for %llu ms (blocking code in a handler? use "
+                        "k.blocking)",
+                        i, (unsigned long long)(now - wt->changed_ms));
+        }
+    }
+}
+
+static void *pool_init(void *ud, int index)
+{
+    const kh_config *c = ud;
+    return c->app->pool_thread_init ? c->app->pool_thread_init(c, index) : NULL;
+}
+
+static void pool_close(void *ud, void *state)
+{
+    const kh_config *c = ud;
+    if (c->app->pool_thread_close)
+        c->app->pool_thread_close(state);
+}
 
 static void usage(FILE *out)
 {
@@ -56,6 +101,8 @@ static void usage(FILE *out)
             "  --grace SECONDS        graceful-stop period for in-flight requests (default 5)\n"
             "  --access-log PATH|-    access log in combined format ('-' = stdout)\n"
             "  --log-level LEVEL      error | warn | info | debug (default info)\n"
+            "  --pool-threads N       k.blocking threads, each with its own Lua state (default:\n"
+            "                         number of cores); --pool-queue N jobs queued per thread\n"
             "  --limit NAME=VALUE     set a limit (repeatable); also --NAME-WITH-DASHES VALUE\n"
             "  --print-limits         print every limit with its value and range, then exit\n"
             "  --version, --help\n");
@@ -368,6 +415,17 @@ int main(int argc, char **argv)
     cfg.num_listens = nlisten;
 
     workers = calloc((size_t)cfg.workers, sizeof *workers);
+    watches = calloc((size_t)cfg.workers, sizeof *watches);
+    cfg.all = workers;
+    cfg.shdicts = kh_shdict_reg_new();
+    int nthreads = cfg.limits.pool_threads ? (int)cfg.limits.pool_threads
+                                           : (int)uv_available_parallelism();
+    cfg.pool = kh_threadpool_new(nthreads, (uint32_t)(cfg.limits.pool_queue * (uint64_t)nthreads),
+                                 pool_init, pool_close, &cfg);
+    if (cfg.pool == NULL) {
+        fprintf(stderr, "khamsin: cannot start %d pool threads\n", nthreads);
+        return 1;
+    }
     int failed = 0;
     int started = 0;
     for (int i = 0; i < cfg.workers; i++) {
@@ -390,7 +448,12 @@ int main(int argc, char **argv)
             kh_worker_request_stop(&workers[i]);
         for (int i = 0; i < started; i++)
             kh_worker_join(&workers[i]);
+        kh_threadpool_free(cfg.pool);
+        for (int i = 0; i < started; i++)
+            kh_chan_destroy(&workers[i].inbox);
+        kh_shdict_reg_free(cfg.shdicts);
         free(workers);
+        free(watches);
         for (int i = 0; i < nlisten; i++) {
             for (int j = 0; j < cfg.workers; j++)
                 if (listens[i].fds[j] >= 0)
@@ -416,10 +479,24 @@ int main(int argc, char **argv)
     uv_signal_init(loop, &sigint);
     uv_signal_start(&sigterm, on_signal, SIGTERM);
     uv_signal_start(&sigint, on_signal, SIGINT);
+    uv_timer_t watchdog;
+    uv_timer_init(loop, &watchdog);
+    for (int i = 0; i < cfg.workers; i++)
+        watches[i].changed_ms = uv_now(loop);
+    uint64_t every = cfg.limits.stall_report_ms / 4;
+    uv_timer_start(&watchdog, watchdog_cb, every, every);
+    uv_unref((uv_handle_t *)&watchdog);
     uv_run(loop, UV_RUN_DEFAULT);
 
     for (int i = 0; i < cfg.workers; i++)
         kh_worker_join(&workers[i]);
+    /* workers are gone: late pool results are disposed of by their posters */
+    kh_threadpool_free(cfg.pool);
+    for (int i = 0; i < cfg.workers; i++)
+        kh_chan_destroy(&workers[i].inbox);
+    kh_shdict_reg_free(cfg.shdicts);
+    free(watches);
+    uv_close((uv_handle_t *)&watchdog, NULL);
     uv_close((uv_handle_t *)&sigterm, NULL);
     uv_close((uv_handle_t *)&sigint, NULL);
     uv_run(loop, UV_RUN_DEFAULT);

@@ -39,6 +39,19 @@ static int l_route(lua_State *L)
         lua_pushfstring(L, "route %s %s: %s", method, pattern, err ? err : "invalid");
         return 2;
     }
+    /* the route's name for the slow-slice log: routes[ref] = "GET /users/:id" */
+    lua_pushlightuserdata(L, &kh__lua_routes_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushlightuserdata(L, &kh__lua_routes_key);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, LUA_REGISTRYINDEX);
+    }
+    lua_pushfstring(L, "%s %s", method, pattern);
+    lua_rawseti(L, -2, ref);
+    lua_pop(L, 1);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -150,15 +163,21 @@ static int l_body(lua_State *L)
         lua_pushnil(L);
         lua_pushliteral(L, "too large");
         return 2;
-    case KH_BODY_READING:
+    case KH_BODY_READING: {
         if (s->proto == NULL)
             break;
-        if (s->app_wait != KH_WAIT_NONE)
+        kh_lua *K = K_UPVALUE(L);
+        kh_lua_co *c = s->app_data;
+        if (c == NULL || K->current != c)
+            return luaL_error(L, "req:body() waits only in its own request's handler");
+        if (c->wait != KH_WAIT_NONE)
             return luaL_error(L, "this request is already waiting");
         s->app_wait = KH_WAIT_BODY;
+        c->wait = KH_WAIT_BODY;
         kh_stream_want_body(s);
         lua_pushlightuserdata(L, KH_YIELD);
         return lua_yield(L, 1);
+    }
     default:
         break;
     }
@@ -275,6 +294,8 @@ static int open_core(lua_State *L)
         lua_setfield(L, -2, f->name);
     }
     kh_lua *K = K_UPVALUE(L);
+    kh__lua_open_wait(L, K);
+    kh__lua_open_shared(L, K);
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);

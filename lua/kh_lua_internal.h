@@ -1,5 +1,6 @@
-/* kh_lua_internal.h: shared between the binding's files (state, scheduler, core functions).
- * Owns:  struct kh_lua, one per worker, and struct kh_lua_co, one per running request. */
+/* kh_lua_internal.h: shared between the binding's files (state, scheduler, waits, pool, copy).
+ * Owns:  struct kh_lua, one per worker, and struct kh_lua_co, one per running coroutine (a
+ *        request's handler, or a timer / message callback with no stream). */
 #ifndef KH_LUA_INTERNAL_H
 #define KH_LUA_INTERNAL_H
 
@@ -7,18 +8,45 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "kh_chan.h"
 #include "kh_router.h"
 #include "kh_stream.h"
+#include "kh_threadpool.h"
 #include "kh_worker.h"
 
-/* What a yielded coroutine waits for (kh_stream.app_wait). */
-enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1 };
+/* What a yielded coroutine waits for: its single wait slot (style.md §4). */
+enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3 };
+
+/* Mailbox message types (kh_chan_msg.type). */
+enum { KH_MSG_JOB = 1, KH_MSG_PUBLISH = 2, KH_MSG_RESOLVE = 3 };
+
+typedef struct kh_lua_timer kh_lua_timer;
+typedef struct kh_lua_job kh_lua_job;
+
+struct kh_lua_job {
+    kh_job base;          /* first: travels as a mailbox message */
+    struct kh_lua_co *co; /* NULL once abandoned */
+    char *in;             /* encoded by kh_lua_copy: kind, code, arguments */
+    size_t in_len;
+    char *out;            /* encoded results, or an error message */
+    size_t out_len;
+    int status;           /* 0 ok, 1 the function raised (out: message with the pool's traceback) */
+    size_t max;           /* pool_msg_bytes */
+};
 
 typedef struct kh_lua_co {
     lua_State *co;
     int ref;             /* registry ref anchoring co */
-    kh_stream *s;
+    kh_stream *s;        /* NULL for a timer / message callback */
     struct kh_lua_co *next_free;
+    struct kh_lua_co *ready_next; /* on K's ready list (woken inside a slice) */
+    struct kh_lua_co *live_prev, *live_next; /* K's list of coroutines in use */
+    int ready_nargs;
+    int wait;            /* KH_WAIT_* */
+    int aborted;         /* the request is over: every later wait fails at once */
+    kh_lua_timer *timer; /* KH_WAIT_SLEEP */
+    kh_lua_job *job;     /* KH_WAIT_POOL */
+    const char *what;    /* for the slow-slice log when there is no stream: "timer", ... */
 } kh_lua_co;
 
 typedef struct kh_lua {
@@ -26,23 +54,62 @@ typedef struct kh_lua {
     kh_worker *w;
     kh_router *router;
     int run_ref;         /* khamsin's request runner: run(handler, stream, gen) */
+    int event_ref;       /* khamsin's event runner: _event(kind, ...) in a coroutine of its own */
     kh_lua_co *free_cos;
     size_t num_free;
+    kh_lua_co live;      /* sentinel of the in-use list */
+    kh_lua_co *current;  /* the coroutine whose slice runs now, or NULL */
+    kh_lua_co *ready_head, *ready_tail;
+    kh_lua_timer *timers; /* every open timer, closed with the state */
+    char *sh_buf;         /* k.shared get: a value is copied here, then pushed */
+    size_t sh_cap;
     int dev;
 } kh_lua;
 
 /* The sentinel every engine wait yields, so a user coroutine wrapper can pass it upward. */
 extern char kh__lua_yield_sentinel;
+/* Registry key of the table route ref -> "METHOD pattern" (for logs). */
+extern char kh__lua_routes_key;
 #define KH_YIELD ((void *)&kh__lua_yield_sentinel)
 
 /* Registers the `khamsin.core` C module in L (package.preload). */
 void kh__lua_open_core(lua_State *L, kh_lua *K);
-/* Resumes c with nargs values on its stack; the only caller of lua_resume. */
+/* Adds the wait functions (sleep, timer, blocking, defer, publish, resolve) to the core table
+ * on top of the stack. */
+void kh__lua_open_wait(lua_State *L, kh_lua *K);
+/* Adds k.shared's functions to the core table on top of the stack. */
+void kh__lua_open_shared(lua_State *L, kh_lua *K);
+
+/* A coroutine for a stream (NULL: a callback of its own), in the live list. */
+kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s);
+/* One Lua slice; the only caller of lua_resume. Use kh__lua_wake. */
 void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs);
+/* Resumes c with nargs values on its stack (for a fresh coroutine: the function, then nargs
+ * arguments). Inside a slice it goes on the ready list instead, drained when the slice ends,
+ * so lua_resume calls never nest. */
+void kh__lua_wake(kh_lua *K, kh_lua_co *c, int nargs);
+/* Runs khamsin's _event(kind, ...) in a new coroutine; the nargs values after kind are taken
+ * from the top of K->L's stack. */
+void kh__lua_spawn_event(kh_lua *K, const char *what, int nargs);
+/* Cancels what c waits for (timer, pool job); the caller resumes it. */
+void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c);
+/* Closes every open timer (worker close). */
+void kh__lua_close_timers(kh_lua *K);
+void kh__lua_timer_fire_sleep(kh_lua *K, kh_lua_co *c);
+/* A pool job came back (mailbox). */
+void kh__lua_job_done(kh_lua *K, kh_lua_job *j);
 
 void kh__lua_dispatch(void *app, kh_stream *s);
 void kh__lua_on_body(void *app, kh_stream *s);
 void kh__lua_on_abort(void *app, kh_stream *s);
+void kh__lua_on_message(void *app, kh_chan_msg *m);
 void kh__lua_close_cos(kh_lua *K);
+/* package.path for a state: the app's directory, then khamsin's modules. */
+void kh__lua_set_path(lua_State *L, const char *script);
+
+/* Pool threads (kh_lua_pool.c). */
+void kh__lua_pool_run(kh_job *job, void *state);
+void *kh__lua_pool_init(const kh_config *cfg, int index);
+void kh__lua_pool_close(void *state);
 
 #endif

@@ -1,29 +1,56 @@
-/* kh_lua_sched.c: a coroutine per request (lua-nginx-module's discipline, style.md §4).
- * Owns:  the worker's free list of finished coroutines and the resume/finish path.
- * In:    dispatch / on_body / on_abort from core.
+/* kh_lua_sched.c: a coroutine per request or callback (lua-nginx-module's discipline, style.md §4).
+ * Owns:  the worker's free list of finished coroutines, the list of those in use, the ready list,
+ *        the resume/finish path, slice timing.
+ * In:    dispatch / on_body / on_abort / on_message from core; wakes from timers and the pool.
  * Out:   lua_resume (only kh__lua_resume calls it); stream refs released when a coroutine ends;
  *        500 replies for errors that escape the Lua runner.
- * Never: nests lua_resume calls: every resume starts from a libuv callback. */
+ * Never: nests lua_resume calls: a wake that happens inside a slice (a request that answers or
+ *        aborts another one) goes on the ready list, drained once the slice is over. */
 #include <stdio.h>
 #include <string.h>
 
 #include "kh_err.h"
 #include "kh_log.h"
+#include "kh_lua_copy.h"
 #include "kh_lua_internal.h"
 
 char kh__lua_yield_sentinel;
+char kh__lua_routes_key;
 
-static kh_lua_co *get_co(kh_lua *K)
+static void live_link(kh_lua *K, kh_lua_co *c)
+{
+    c->live_next = K->live.live_next;
+    c->live_prev = &K->live;
+    K->live.live_next->live_prev = c;
+    K->live.live_next = c;
+}
+
+static void live_unlink(kh_lua_co *c)
+{
+    c->live_prev->live_next = c->live_next;
+    c->live_next->live_prev = c->live_prev;
+    c->live_prev = c->live_next = NULL;
+}
+
+kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s)
 {
     kh_lua_co *c = K->free_cos;
     if (c) {
         K->free_cos = c->next_free;
         K->num_free--;
-        return c;
+    } else {
+        c = kh_xcalloc(1, sizeof *c);
+        c->co = lua_newthread(K->L);
+        c->ref = luaL_ref(K->L, LUA_REGISTRYINDEX);
     }
-    c = kh_xcalloc(1, sizeof *c);
-    c->co = lua_newthread(K->L);
-    c->ref = luaL_ref(K->L, LUA_REGISTRYINDEX);
+    c->s = s;
+    c->wait = KH_WAIT_NONE;
+    c->aborted = 0;
+    c->timer = NULL;
+    c->job = NULL;
+    c->what = NULL;
+    c->ready_next = NULL;
+    live_link(K, c);
     return c;
 }
 
@@ -35,6 +62,7 @@ static void drop_co(kh_lua *K, kh_lua_co *c)
 
 static void put_co(kh_lua *K, kh_lua_co *c, int clean)
 {
+    live_unlink(c);
     if (!clean) {
         /* luajit2's lua_resetthread makes an errored thread reusable; dropping it is simpler
          * and errors are rare */
@@ -58,6 +86,18 @@ void kh__lua_close_cos(kh_lua *K)
         K->free_cos = c->next_free;
         free(c);
     }
+    /* coroutines still waiting when the worker stops (a timer callback asleep, a request whose
+     * connection outlived the grace period): their Lua threads go with the state */
+    while (K->live.live_next != &K->live) {
+        kh_lua_co *c = K->live.live_next;
+        kh__lua_wait_cleanup(K, c);
+        if (c->s) {
+            c->s->app_data = NULL;
+            c->s->app_wait = KH_WAIT_NONE;
+        }
+        live_unlink(c);
+        free(c);
+    }
 }
 
 static void finish(kh_lua *K, kh_lua_co *c, int clean)
@@ -67,23 +107,61 @@ static void finish(kh_lua *K, kh_lua_co *c, int clean)
     if (s) {
         s->app_data = NULL;
         s->app_wait = KH_WAIT_NONE;
-        s->flags &= ~KH_STREAM_F_APP;
-        if (s->proto && !(s->flags & KH_STREAM_F_ENDED)) {
-            /* the runner always answers; reaching this means it failed before it could */
-            kh_stream_respond_error(s, 500, "Internal Server Error", 0);
+        if (s->app_defer == NULL) {
+            s->flags &= ~KH_STREAM_F_APP;
+            if (s->proto && !(s->flags & KH_STREAM_F_ENDED)) {
+                /* the runner always answers; reaching this means it failed before it could */
+                kh_stream_respond_error(s, 500, "Internal Server Error", 0);
+            }
         }
+        /* a deferred reply keeps F_APP and its own ref: this one is the coroutine's */
         kh_stream_release(s);
     }
     put_co(K, c, clean);
 }
 
+static void slice_warn(kh_lua *K, kh_lua_co *c, uint64_t ns)
+{
+    uint64_t ms = ns / 1000000u;
+    uint64_t lim = K->w->limits->slice_warn_ms;
+    if (lim == 0 || ms < lim)
+        return;
+    if (c->s) {
+        lua_State *L = K->L;
+        int base = lua_gettop(L);
+        lua_pushlightuserdata(L, &kh__lua_routes_key);
+        lua_rawget(L, LUA_REGISTRYINDEX);
+        const char *route = NULL;
+        if (lua_istable(L, -1)) {
+            lua_rawgeti(L, -1, (int)c->s->route_value);
+            route = lua_tostring(L, -1);
+        }
+        KH_LOG_WARN("slow Lua slice: %.1f ms in %.*s %.*s (route %s; over slice_warn_ms=%llu; "
+                    "move blocking work to k.blocking)",
+                    (double)ns / 1e6, (int)c->s->method.len, c->s->method.ptr,
+                    (int)c->s->path.len, c->s->path.ptr, route ? route : "?",
+                    (unsigned long long)lim);
+        lua_settop(L, base);
+    }
+    else
+        KH_LOG_WARN("slow Lua slice: %.1f ms in a %s callback (over slice_warn_ms=%llu)",
+                    (double)ns / 1e6, c->what ? c->what : "background",
+                    (unsigned long long)lim);
+}
+
+/* One slice: resumes c with nargs values on its stack. The only caller of lua_resume; only
+ * kh__lua_wake calls it, never from inside another slice. */
 void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs)
 {
     lua_State *co = c->co;
+    K->current = c;
+    uint64_t t0 = uv_hrtime();
     int st = lua_resume(co, nargs);
+    K->current = NULL;
+    slice_warn(K, c, uv_hrtime() - t0);
     if (st == LUA_YIELD) {
-        if (lua_gettop(co) >= 1 && lua_touserdata(co, -1) == KH_YIELD && c->s &&
-            c->s->app_wait != KH_WAIT_NONE) {
+        if (lua_gettop(co) >= 1 && lua_touserdata(co, -1) == KH_YIELD &&
+            c->wait != KH_WAIT_NONE) {
             lua_settop(co, 0);
             return; /* parked until its event comes */
         }
@@ -91,6 +169,7 @@ void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs)
                      "at the top level of a handler is not allowed)",
                      c->s ? (int)c->s->method.len : 0, c->s ? c->s->method.ptr : "",
                      c->s ? (int)c->s->path.len : 0, c->s ? c->s->path.ptr : "");
+        kh__lua_wait_cleanup(K, c);
         finish(K, c, 0);
         return;
     }
@@ -99,33 +178,70 @@ void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs)
         luaL_traceback(K->L, co, msg ? msg : "(error object is not a string)", 0);
         KH_LOG_ERROR("request failed in khamsin's runner: %s", lua_tostring(K->L, -1));
         lua_pop(K->L, 1);
+        kh__lua_wait_cleanup(K, c);
         finish(K, c, 0);
         return;
     }
     finish(K, c, 1);
 }
 
+void kh__lua_wake(kh_lua *K, kh_lua_co *c, int nargs)
+{
+    if (K->current) {
+        /* inside a slice: after it (lua-nginx-module's posted requests) */
+        c->ready_nargs = nargs;
+        c->ready_next = NULL;
+        if (K->ready_tail)
+            K->ready_tail->ready_next = c;
+        else
+            K->ready_head = c;
+        K->ready_tail = c;
+        return;
+    }
+    kh__lua_resume(K, c, nargs);
+    while (K->ready_head) {
+        kh_lua_co *r = K->ready_head;
+        K->ready_head = r->ready_next;
+        if (K->ready_head == NULL)
+            K->ready_tail = NULL;
+        r->ready_next = NULL;
+        kh__lua_resume(K, r, r->ready_nargs);
+    }
+}
+
+void kh__lua_spawn_event(kh_lua *K, const char *what, int nargs)
+{
+    lua_State *L = K->L;
+    kh_lua_co *c = kh__lua_co_new(K, NULL);
+    c->what = what;
+    lua_State *co = c->co;
+    lua_rawgeti(co, LUA_REGISTRYINDEX, K->event_ref);
+    lua_pushstring(co, what);
+    lua_xmove(L, co, nargs); /* same state, another thread: the values move, nothing is copied */
+    kh__lua_wake(K, c, nargs + 1);
+}
+
 void kh__lua_dispatch(void *app, kh_stream *s)
 {
     kh_lua *K = app;
-    kh_lua_co *c = get_co(K);
-    c->s = s;
+    kh_lua_co *c = kh__lua_co_new(K, s);
     s->app_data = c;
     lua_State *co = c->co;
     lua_rawgeti(co, LUA_REGISTRYINDEX, K->run_ref);
     lua_rawgeti(co, LUA_REGISTRYINDEX, (int)s->route_value);
     lua_pushlightuserdata(co, s);
     lua_pushinteger(co, (lua_Integer)s->gen);
-    kh__lua_resume(K, c, 3);
+    kh__lua_wake(K, c, 3);
 }
 
 void kh__lua_on_body(void *app, kh_stream *s)
 {
     kh_lua *K = app;
     kh_lua_co *c = s->app_data;
-    if (c == NULL || s->app_wait != KH_WAIT_BODY)
+    if (c == NULL || s->app_wait != KH_WAIT_BODY || c->wait != KH_WAIT_BODY)
         return;
     s->app_wait = KH_WAIT_NONE;
+    c->wait = KH_WAIT_NONE;
     lua_State *co = c->co;
     int n;
     switch (s->body_state) {
@@ -144,17 +260,60 @@ void kh__lua_on_body(void *app, kh_stream *s)
         n = 2;
         break;
     }
-    kh__lua_resume(K, c, n);
+    kh__lua_wake(K, c, n);
 }
 
+/* The client left (or the engine answered 413/408 while the app still held the stream). The
+ * wait slot's cleanup runs first (timer cancelled, pool job abandoned), then the coroutine is
+ * resumed with an abort so its pcall cleanups run; a deferred reply hears of it in a callback
+ * coroutine (its on_abort functions). */
 void kh__lua_on_abort(void *app, kh_stream *s)
 {
     kh_lua *K = app;
     kh_lua_co *c = s->app_data;
-    if (c == NULL || s->app_wait == KH_WAIT_NONE)
+    if (s->app_defer) {
+        lua_pushlightuserdata(K->L, s);
+        kh__lua_spawn_event(K, "abort", 1);
+    }
+    if (c == NULL)
+        return;
+    c->aborted = 1;
+    if (c->wait == KH_WAIT_NONE)
         return; /* running now: its next send or wait sees the stream closed */
-    s->app_wait = KH_WAIT_NONE;
-    lua_pushnil(c->co);
-    lua_pushliteral(c->co, "closed");
-    kh__lua_resume(K, c, 2);
+    int body = c->wait == KH_WAIT_BODY;
+    kh__lua_wait_cleanup(K, c);
+    if (body) {
+        lua_pushnil(c->co);
+        lua_pushliteral(c->co, "closed");
+    } else {
+        lua_pushliteral(c->co, "aborted");
+        lua_pushliteral(c->co, "closed");
+    }
+    kh__lua_wake(K, c, 2);
+}
+
+typedef struct kh_lua_msg {
+    kh_chan_msg base;
+    size_t len;
+    char data[];
+} kh_lua_msg;
+
+void kh__lua_on_message(void *app, kh_chan_msg *m)
+{
+    kh_lua *K = app;
+    if (m->type == KH_MSG_JOB) {
+        kh__lua_job_done(K, (kh_lua_job *)m);
+        return;
+    }
+    kh_lua_msg *lm = (kh_lua_msg *)m;
+    int type = m->type;
+    int base = lua_gettop(K->L);
+    int n = kh_lua_copy_decode(K->L, lm->data, lm->len);
+    free(lm);
+    if (n < 0) {
+        KH_LOG_ERROR("a mailbox message could not be decoded");
+        lua_settop(K->L, base);
+        return;
+    }
+    kh__lua_spawn_event(K, type == KH_MSG_PUBLISH ? "publish" : "resolve", n);
 }

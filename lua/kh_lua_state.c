@@ -28,7 +28,7 @@ static const char *lua_dir(void)
 #endif
 }
 
-static void set_path(lua_State *L, const char *script)
+void kh__lua_set_path(lua_State *L, const char *script)
 {
     char appdir[1024];
     const char *slash = strrchr(script, '/');
@@ -67,14 +67,28 @@ static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, s
     }
     K->L = L;
     luaL_openlibs(L);
-    set_path(L, w->cfg->script);
+    kh__lua_set_path(L, w->cfg->script);
     kh__lua_open_core(L, K);
+    K->live.live_next = K->live.live_prev = &K->live;
+    K->event_ref = LUA_NOREF;
+    /* user coroutines pass the engine's waits upward (khamsin/coroutine.lua): installed
+     * before the script runs, so every coroutine it makes can wait */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "khamsin.coroutine");
+    if (lua_pcall(L, 1, 0, 0) != 0) {
+        snprintf(err, errlen, "loading khamsin.coroutine: %s", lua_tostring(L, -1));
+        kh__lua_close_timers(K);
+        lua_close(L);
+        free(K);
+        return -1;
+    }
 
     lua_pushcfunction(L, traceback);
     int tb = lua_gettop(L);
     /* luaL_loadfile names the chunk "@path", so syntax errors read "path:line: message" */
     if (luaL_loadfile(L, w->cfg->script) != 0 || lua_pcall(L, 0, 0, tb) != 0) {
         snprintf(err, errlen, "%s", lua_tostring(L, -1));
+        kh__lua_close_timers(K);
         lua_close(L);
         free(K);
         return -1;
@@ -85,6 +99,7 @@ static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, s
     lua_pushliteral(L, "khamsin");
     if (lua_pcall(L, 1, 1, 0) != 0) {
         snprintf(err, errlen, "loading khamsin: %s", lua_tostring(L, -1));
+        kh__lua_close_timers(K);
         lua_close(L);
         free(K);
         return -1;
@@ -92,11 +107,21 @@ static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, s
     lua_getfield(L, -1, "_run");
     if (!lua_isfunction(L, -1)) {
         snprintf(err, errlen, "khamsin._run is missing");
+        kh__lua_close_timers(K);
         lua_close(L);
         free(K);
         return -1;
     }
     K->run_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getfield(L, -1, "_event");
+    if (!lua_isfunction(L, -1)) {
+        snprintf(err, errlen, "khamsin._event is missing");
+        kh__lua_close_timers(K);
+        lua_close(L);
+        free(K);
+        return -1;
+    }
+    K->event_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, 0);
     *app = K;
     return 0;
@@ -108,7 +133,9 @@ static void worker_close(void *app)
     if (K == NULL)
         return;
     kh__lua_close_cos(K);
+    kh__lua_close_timers(K); /* before lua_close: timer handles' __gc look at them */
     lua_close(K->L);
+    free(K->sh_buf);
     free(K);
 }
 
@@ -118,4 +145,7 @@ const kh_app_vt kh_lua_app = {
     .dispatch = kh__lua_dispatch,
     .on_body = kh__lua_on_body,
     .on_abort = kh__lua_on_abort,
+    .on_message = kh__lua_on_message,
+    .pool_thread_init = kh__lua_pool_init,
+    .pool_thread_close = kh__lua_pool_close,
 };

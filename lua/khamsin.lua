@@ -43,6 +43,101 @@ function k.worker_id() return core.worker_id() end
 function k.workers() return core.workers() end
 function k.now() return core.now() end
 
+-- Waits. Each raises errors.aborted once the request is over (so pcall cleanups run).
+local core_sleep, core_timer, core_blocking = core.sleep, core.timer, core.blocking
+local is_busy = errors.is_busy
+
+local function waited(st, a, ...)
+    if st == true then return a, ... end
+    if st == "aborted" then error(errors.aborted(a), 0) end
+    if st == "busy" then error(errors.busy(a), 0) end
+    error(a, 0) -- "error": the pool function raised; a carries the pool's traceback
+end
+
+-- Sleeps without blocking the loop (k.sleep(0): until the next loop turn).
+function k.sleep(seconds)
+    waited(core_sleep(seconds))
+end
+
+-- fn() runs once after `seconds`, in a coroutine of its own (it may sleep or use the pool).
+function k.timer(seconds, fn)
+    if type(fn) ~= "function" then error("k.timer(seconds, fn): fn must be a function", 2) end
+    return core_timer(seconds, nil, fn)
+end
+
+-- fn() runs every `seconds` until :cancel().
+function k.every(seconds, fn)
+    if type(fn) ~= "function" then error("k.every(seconds, fn): fn must be a function", 2) end
+    return core_timer(seconds, seconds, fn)
+end
+
+-- Runs fn(...) on a pool thread, in that thread's own Lua state, and returns its results.
+-- fn is a function without upvalues (moved with string.dump) or "module.function" (required
+-- in the pool state). Arguments and results are copied. A full queue raises errors.busy (503).
+local dumped = setmetatable({}, { __mode = "k" })
+local getinfo, dump = debug.getinfo, string.dump
+
+function k.blocking(fn, ...)
+    local kind, code
+    if type(fn) == "string" then
+        kind, code = "n", fn
+    elseif type(fn) == "function" then
+        kind, code = "b", dumped[fn]
+        if not code then
+            local info = getinfo(fn, "uS")
+            if info.what == "C" then
+                error("k.blocking: a C function cannot be moved to the pool; name it as "
+                    .. "\"module.function\" instead", 2)
+            end
+            if info.nups > 0 then
+                error("k.blocking: the function has " .. info.nups .. " upvalue(s) (local "
+                    .. "variables from outside it); functions move to the pool by string.dump, "
+                    .. "which drops upvalues: pass them as arguments, or name a module function "
+                    .. "as \"module.function\"", 2)
+            end
+            code = dump(fn)
+            dumped[fn] = code
+        end
+    else
+        error("k.blocking: expected a function or \"module.function\", got a " .. type(fn), 2)
+    end
+    return waited(core_blocking(kind, code, ...))
+end
+
+k.is_busy = is_busy
+
+-- Workers that talk.
+local subscribers = {}
+
+-- fn(value, topic) runs on every worker for each k.publish(topic, value), in a coroutine.
+function k.subscribe(topic, fn)
+    if type(topic) ~= "string" then error("k.subscribe: topic must be a string", 2) end
+    if type(fn) ~= "function" then error("k.subscribe: fn must be a function", 2) end
+    local list = subscribers[topic]
+    if not list then list = {}; subscribers[topic] = list end
+    list[#list + 1] = fn
+    return function() -- unsubscribe
+        for i = #list, 1, -1 do if list[i] == fn then table.remove(list, i) end end
+    end
+end
+
+-- Sends a copy of value to every worker's subscribers of topic (this worker's too, after the
+-- current handler yields or returns). Returns the number of workers reached.
+function k.publish(topic, value)
+    if type(topic) ~= "string" then error("k.publish: topic must be a string", 2) end
+    return core.publish(topic, value)
+end
+
+local defer = require "khamsin.defer"
+
+-- Answers the deferred reply `id` (d.id), on whichever worker holds it.
+function k.resolve(id, status, body, headers)
+    return defer.resolve(id, status, body, headers)
+end
+
+k.shared_dict = require("khamsin.shared").declare
+k.shared = require("khamsin.shared").get
+
 local function log_args(...)
     local n = select("#", ...)
     local t = {}
@@ -61,7 +156,7 @@ k.log = {
 local is_http, is_aborted = errors.is_http, errors.is_aborted
 
 local function on_error(e)
-    if is_http(e) or is_aborted(e) then return e end
+    if is_http(e) or is_aborted(e) or is_busy(e) then return e end
     local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value: "
         .. tostring(e) .. ")")
     return { traceback = traceback(msg, 2) }
@@ -69,8 +164,39 @@ end
 
 local new_req, new_res, finish = request.new, response.new, response.finish
 
+-- Callbacks that run in a coroutine of their own (timers, subscribers, resolves, aborts of
+-- deferred replies): an error is logged, never raised into the engine.
+local function run_logged(what, fn, ...)
+    local ok, e = xpcall(fn, on_error, ...)
+    if not ok and not is_aborted(e) then
+        local tb = type(e) == "table" and e.traceback or tostring(e)
+        core.log(0, what .. " failed: " .. tostring(tb))
+    end
+end
+
+local events = {
+    timer = function(fn) run_logged("timer callback", fn) end,
+    publish = function(topic, value)
+        local list = subscribers[topic]
+        if not list then return end
+        for _, fn in ipairs(list) do
+            run_logged("subscriber of '" .. topic .. "'", fn, value, topic)
+        end
+    end,
+    resolve = function(id, status, body, headers) defer.on_resolve(id, status, body, headers) end,
+    abort = function(s) defer.on_abort(s) end,
+}
+
+function k._event(kind, ...)
+    local fn = events[kind]
+    if fn then fn(...) end
+end
+
+-- One xpcall per request: the handler, then the turning of its return values into a reply.
 local function serve(handler, req, res)
-    return finish(res, handler(req, res))
+    local a, b, c = handler(req, res)
+    if rawget(res, "_deferred") then return end -- answered later, by d:send
+    return finish(res, a, b, c)
 end
 
 function k._run(handler, s, gen)

@@ -83,7 +83,13 @@ static void app_on_abort(void *app, kh_stream *s)
     }
 }
 
-static const kh_app_vt test_app = {app_init, app_close, app_dispatch, app_on_body, app_on_abort};
+static const kh_app_vt test_app = {
+    .worker_init = app_init,
+    .worker_close = app_close,
+    .dispatch = app_dispatch,
+    .on_body = app_on_body,
+    .on_abort = app_on_abort,
+};
 
 static kh_worker W;
 static kh_config cfg;

@@ -12,6 +12,17 @@ local M = {}
 local TEXT = "text/plain; charset=utf-8"
 local JSON = "application/json"
 
+local defer = require "khamsin.defer"
+
+local Res = {}
+
+-- Keeps the request open after the handler returns; answer it later with d:send(status, body,
+-- headers) from a timer, another request, the pool, or another worker (k.resolve(d.id, ...)).
+-- opts.timeout (seconds; default the defer_timeout_ms limit) answers 504 when it passes.
+function Res:defer(opts)
+    return defer.new(self, opts)
+end
+
 local res_mt = {
     __index = function(res, key)
         if key == "headers" then
@@ -19,6 +30,7 @@ local res_mt = {
             res.headers = h
             return h
         end
+        return Res[key]
     end,
 }
 
@@ -78,7 +90,13 @@ end
 
 -- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500).
 function M.fail(req, res, e)
+    defer.drop(res)
     if errors.is_aborted(e) then return end -- the engine answered, or nobody is listening
+    if errors.is_busy(e) then
+        respond(res._s, res._g, 503, "Service Unavailable: " .. tostring(e.reason) .. "\n",
+            { ["Retry-After"] = "1" }, TEXT)
+        return
+    end
     if errors.is_http(e) then
         local msg = tostring(e.message or "")
         respond(res._s, res._g, e.status, msg .. "\n", nil, TEXT)
@@ -90,5 +108,7 @@ function M.fail(req, res, e)
     if core.dev then body = "Internal Server Error\n\n" .. tb .. "\n" end
     respond(res._s, res._g, 500, body, nil, TEXT)
 end
+
+defer.set_finish(M.finish)
 
 return M

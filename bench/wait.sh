@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# bench/wait.sh - the cost of waiting in khamsin (issue 4): the server's CPU per request for a
+# plain reply, one k.sleep(0), one k.blocking round trip and a deferred reply answered by a
+# timer; then 500 clients on a handler that blocks 100 ms in the pool (req/s vs the ideal
+# M x 10 req/s, errors, 503s, and the p99 of /health on the same worker meanwhile); then the
+# same 100 ms pool handler on nginx + lua-nginx-module's ngx.run_worker_thread, if it runs.
+# Approach of bench/http1.sh: server pinned to SERVER_CORE, load to WRK_CORE, server CPU from
+# /proc/PID/stat (utime+stime of all its threads, pool threads included) over each wrk window.
+#
+#   bench/wait.sh                      # ~3 min; result in bench/results/wait-<stamp>.txt
+#   DURATION=2 ROUNDS=1 bench/wait.sh  # quicker
+# Env: DURATION=5 ROUNDS=3 CONNS=256 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
+#      CLIENTS=500 SLOW_SECONDS=6 POOLS="2 8" PORT=24080 NGINX=1
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PY=/usr/bin/python3
+LIB=bench/lib/waitbench.py
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-256}
+ROUNDS=${ROUNDS:-3}
+SERVER_CORE=${SERVER_CORE:-1}
+WRK_CORE=${WRK_CORE:-0}
+CLIENTS=${CLIENTS:-500}
+SLOW_SECONDS=${SLOW_SECONDS:-6}
+POOLS=${POOLS:-"2 8"}
+PORT=${PORT:-24080}
+NGINX=${NGINX:-1}
+KHAMSIN_BIN=${KHAMSIN_BIN:-$ROOT/build-release/khamsin}
+STAMP=$(date +%Y%m%d-%H%M%S)
+OUT=bench/results/wait-$STAMP.txt
+TMP=$(mktemp -d /tmp/khwait.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.3;
+            for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+if [[ ! -x $KHAMSIN_BIN ]]; then
+  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
+fi
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+exec > >(tee "$OUT") 2>&1
+echo "# bench/wait.sh $STAMP"
+echo "# command: ${BASH_SOURCE[0]} (DURATION=$DURATION ROUNDS=$ROUNDS CONNS=$CONNS CLIENTS=$CLIENTS SLOW_SECONDS=$SLOW_SECONDS POOLS=\"$POOLS\" SERVER_CORE=$SERVER_CORE WRK_CORE=$WRK_CORE)"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: other runs add noise)"
+echo "# machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uname -r)"
+echo "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD 2>/dev/null)), $(wrk --version 2>&1 | head -1 | cut -c1-40)"
+
+start_khamsin() { # pool_threads pool_queue -> SPID
+  LUA_PATH="$ROOT/bench/apps/?.lua;;" taskset -c "$SERVER_CORE" "$KHAMSIN_BIN" --workers 1 \
+    --listen "127.0.0.1:$PORT" --log-level warn --pool-threads "$1" --pool-queue "$2" \
+    --slice-warn-ms 0 bench/apps/wait.lua >>"$TMP/khamsin.log" 2>&1 &
+  SPID=$!
+  PIDS+=("$SPID")
+  $PY $LIB ready "$PORT" / 10 || { cat "$TMP/khamsin.log"; exit 1; }
+}
+stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
+
+echo
+echo "## 1. server CPU per request (1 worker, 1 pool thread, all on core $SERVER_CORE; wrk -c$CONNS, ${DURATION}s windows)"
+start_khamsin 1 1024
+printf '%-22s %6s %10s %14s %10s %8s %7s\n' path round req/s cpu_us/req cpu_share non2xx errors
+declare -A CPU
+PATHS=(/ "/sleep0?n=1" "/sleep0?n=100" /pool /defer)
+for path in "${PATHS[@]}"; do
+  $PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" 1 "$WRK_CORE" >/dev/null # warm-up (JIT)
+done
+for ((r = 1; r <= ROUNDS; r++)); do # rounds interleave the paths: noise hits them alike
+  for path in "${PATHS[@]}"; do
+    read -r rps cpu share non2xx errs < <($PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" "$DURATION" "$WRK_CORE")
+    CPU[$path]="${CPU[$path]:-} $cpu"
+    printf '%-22s %6s %10s %14s %10s %8s %7s\n' "$path" "$r" "$rps" "$cpu" "$share" "$non2xx" "$errs"
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+for path in "${PATHS[@]}"; do CPU[$path]=$(echo "${CPU[$path]}" | median); done
+echo "medians (cpu_us/req): / ${CPU[/]}, sleep0 n=1 ${CPU[/sleep0?n=1]}, n=100 ${CPU[/sleep0?n=100]}, pool ${CPU[/pool]}, defer ${CPU[/defer]}"
+stop "$SPID"
+awk -v base="${CPU[/]}" -v s1="${CPU[/sleep0?n=1]}" -v s100="${CPU[/sleep0?n=100]}" \
+    -v pool="${CPU[/pool]}" -v defer="${CPU[/defer]}" 'BEGIN {
+  printf "derived (CPU above the plain reply):\n"
+  printf "  one k.sleep(0) round trip        %.2f us  ((n=100 - plain) / 100; n=1 gives %.2f us)\n", (s100 - base) / 100, s1 - base
+  printf "  one k.blocking round trip        %.2f us  (submit, pool thread wake + run, mailbox, resume)\n", pool - base
+  printf "  a deferred reply sent by a timer %.2f us  (res:defer + k.timer(0) + d:send)\n", defer - base
+}'
+
+echo
+echo "## 2. $CLIENTS clients on a handler that blocks 100 ms in the pool (k.blocking), ${SLOW_SECONDS}s;"
+echo "##    /health probed every 10 ms on the same (only) worker; clients honour Retry-After (+-50% jitter)"
+for m in $POOLS; do
+  start_khamsin "$m" 8
+  res=$(taskset -c "$WRK_CORE" $PY spec/helpers/load.py 127.0.0.1 "$PORT" /slow "$CLIENTS" "$SLOW_SECONDS" /health 10)
+  stop "$SPID"
+  $PY - "$m" "$res" <<'PYEOF'
+import json, sys
+m, r = int(sys.argv[1]), json.loads(sys.argv[2])
+st, p = r["status"], r["probe"]
+print(f"pool_threads={m} queue={8 * m}: 200/s steady {r['rps_steady']} (ideal {m * 10}, {100 * r['rps_steady'] / (m * 10):.0f}%; "
+      f"{r['rps']} over the whole run with ramp-up and drain), "
+      f"200s {st.get('200', 0)}, 503s {st.get('503', 0)}, other {sum(v for k, v in st.items() if k not in ('200', '503'))}, "
+      f"client errors {r['errors']}, over {r['seconds']} s; /health n={p['n']} p50 {p.get('p50_ms')} ms "
+      f"p99 {p.get('p99_ms')} ms max {p.get('max_ms')} ms errors {p['errors']}")
+PYEOF
+done
+
+if [[ $NGINX == 1 ]] && [[ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]]; then
+  echo
+  echo "## 3. nginx + lua-nginx-module ngx.run_worker_thread, same 100 ms pool handler ($CLIENTS clients)"
+  mkdir -p "$TMP/ngx"
+  user=""; [[ $(id -u) == 0 ]] && user="user root;"
+  for m in $POOLS; do
+   for q in $((8 * m)) 65536; do
+    cat >"$TMP/ngx/nginx.conf" <<NGX
+$user
+worker_processes 1;
+daemon off;
+pid $TMP/ngx/nginx.pid;
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+error_log $TMP/ngx/error.log warn;
+thread_pool luapool threads=$m max_queue=$q;
+worker_rlimit_nofile 65536;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  lua_package_path "$ROOT/bench/apps/?.lua;;";
+  client_body_temp_path $TMP/ngx/cb; proxy_temp_path $TMP/ngx/px; fastcgi_temp_path $TMP/ngx/fc;
+  uwsgi_temp_path $TMP/ngx/uw; scgi_temp_path $TMP/ngx/sc;
+  server {
+    listen 127.0.0.1:$PORT;
+    location = / { content_by_lua_block { ngx.print("Hello, World!") } }
+    location = /health { content_by_lua_block { ngx.header["Content-Length"] = 2 ngx.print("ok") } }
+    location = /slow { content_by_lua_block {
+      local ok, res = ngx.run_worker_thread("luapool", "waitbench_pool", "sleep_ms", 100)
+      -- explicit Content-Length: load.py reads Content-Length bodies only
+      if not ok then
+        res = tostring(res) ngx.status = 503 ngx.header["Retry-After"] = "1"
+        ngx.header["Content-Length"] = #res ngx.print(res) return
+      end
+      ngx.header["Content-Length"] = #res
+      ngx.print(res)
+    } }
+  }
+}
+NGX
+    taskset -c "$SERVER_CORE" nginx -p "$TMP/ngx/" -c "$TMP/ngx/nginx.conf" -e "$TMP/ngx/error.log" >>"$TMP/ngx.out" 2>&1 &
+    NPID=$!
+    PIDS+=("$NPID")
+    if ! $PY $LIB ready "$PORT" / 10; then echo "nginx did not start:"; tail -5 "$TMP/ngx/error.log" "$TMP/ngx.out"; break; fi
+    if ! curl -s -m 3 "http://127.0.0.1:$PORT/slow" | grep -q done; then
+      echo "ngx.run_worker_thread does not work here:"; curl -s -m 3 "http://127.0.0.1:$PORT/slow"; tail -5 "$TMP/ngx/error.log"
+      stop "$NPID"; break
+    fi
+    res=$(taskset -c "$WRK_CORE" $PY spec/helpers/load.py 127.0.0.1 "$PORT" /slow "$CLIENTS" "$SLOW_SECONDS" /health 10)
+    stop "$NPID"
+    $PY - "$m" "$res" "$q" <<'PYEOF'
+import json, sys
+m, r, q = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+st, p = r["status"], r["probe"]
+print(f"nginx threads={m} max_queue={q}: 200/s steady {r['rps_steady']} (ideal {m * 10}, {100 * r['rps_steady'] / (m * 10):.0f}%; "
+      f"{r['rps']} over the whole run with ramp-up and drain), "
+      f"200s {st.get('200', 0)}, 503s {st.get('503', 0)}, other {sum(v for k, v in st.items() if k not in ('200', '503'))}, "
+      f"client errors {r['errors']}, over {r['seconds']} s; /health n={p['n']} p50 {p.get('p50_ms')} ms "
+      f"p99 {p.get('p99_ms')} ms max {p.get('max_ms')} ms errors {p['errors']}")
+PYEOF
+    grep -E "\[(error|alert|crit)\]" "$TMP/ngx/error.log" | grep -v setrlimit | sed -E 's/^[0-9/: ]+//; s/[0-9]+#[0-9]+: //' | sort | uniq -c | head -3 || true
+    : >"$TMP/ngx/error.log"
+   done
+  done
+fi
+echo
+echo "# done: $OUT"

@@ -229,6 +229,17 @@ def mode_concurrency(port, n):
             "answered": [c.status(1 + 2 * i) for i in range(3)]}
 
 
+def mode_leave(port, path):
+    # a request, then the client goes away (close) while its handler still works
+    import hpack
+    from h2raw import END_HEADERS, END_STREAM, HEADERS, RawConn, frame, request_block
+    c = RawConn(port)
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, request_block(path, encoder=hpack.Encoder())))
+    c.pump(0.3)
+    c.sock.close()
+    return {"left": True}
+
+
 def mode_idle(port):
     cl = Client(port)
     t0 = time.time()
@@ -249,6 +260,8 @@ def main():
         out = mode_halfclose(port)
     elif mode == "concurrency":
         out = mode_concurrency(port, int(sys.argv[3]))
+    elif mode == "leave":
+        out = mode_leave(port, sys.argv[3])
     elif mode == "idle":
         out = mode_idle(port)
     else:

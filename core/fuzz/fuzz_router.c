@@ -165,7 +165,7 @@ static void ref_allow(const char *pat, char *out, size_t cap)
 
 static void check_against_reference(const kh_route_match *m, kh_str method, kh_str path)
 {
-    ref_result cur, best_answer, best_match;
+    ref_result cur, best_answer = {0}, best_match = {0}; /* gcc -O3 cannot see the have_* guards */
     const char *answer_pat = NULL, *match_pat = NULL;
     char allow[128];
     int have_answer = 0, have_match = 0;

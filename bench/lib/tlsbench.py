@@ -34,28 +34,10 @@ def die(msg, code=1):
     sys.exit(code)
 
 
-def _stat_fields(pid):
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    return data[data.rindex(b")") + 2:].split()
+import benchlib  # noqa: E402
 
-
-def tree(root):
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            ppid = int(_stat_fields(d)[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [int(root)]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
+# /proc walking is shared with http1.sh's helper (same directory, so importable as a module).
+from benchlib import _stat_fields, tree  # noqa: E402
 
 
 def cpu_ticks(root):
@@ -103,17 +85,7 @@ def cmd_quiet(secs):
 
 
 def pss_kib(root):
-    total = 0
-    for pid in tree(root):
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
-                        break
-        except OSError:
-            pass
-    return total
+    return benchlib.pss_kib(root)[0]
 
 
 def client_ctx():

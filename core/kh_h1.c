@@ -457,7 +457,8 @@ static char *put(char *o, const char *s, size_t n)
 #define PUT_LIT(o, lit) put((o), (lit), sizeof(lit) - 1)
 
 /* Decimal without printf: the status line and Content-Length are written for every response
- * (callgrind: snprintf was ~1,100 instructions of a ~8,000-instruction hello-world request). */
+ * (bench/callgrind.sh: snprintf was ~1,100 of ~8,000 instructions per hello-world request;
+ * ~6,300 in all since). */
 static char *put_u64(char *o, uint64_t v)
 {
     char tmp[24];

@@ -232,7 +232,7 @@ void kh_stream_want_body(kh_stream *s)
 
 /* RFC 9110 §5.6.2 tchar, and §5.5 field-value bytes (VCHAR, obs-text, SP, HTAB): nothing that
  * could end a line or smuggle a header. Tables, not strchr: this runs for every response header
- * (callgrind: 506 -> ~60 instructions per hello-world response). */
+ * (bench/callgrind.sh: 506 -> ~60 instructions per hello-world response). */
 static const uint8_t tchar[256] = {
     ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
     ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,

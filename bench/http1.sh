@@ -173,9 +173,11 @@ main() {
     [[ -x $KHAMSIN_BIN ]] || fail "build finished but $KHAMSIN_BIN does not exist"
   fi
   # run a private copy: a rebuild of build-release/ during the run must not change what we measure
-  # (khamsin finds its Lua modules by the compiled-in source path, so the copy behaves the same)
+  # (khamsin finds its Lua modules by the compiled-in source path, so the copy behaves the same;
+  # the TLS module khamsin-tls.so, looked for next to the binary, is copied along)
   KHAMSIN_RUN="$TMP/khamsin"
   if [[ -x $KHAMSIN_BIN ]]; then cp "$KHAMSIN_BIN" "$KHAMSIN_RUN"; fi
+  if [[ -f ${KHAMSIN_BIN%/*}/khamsin-tls.so ]]; then cp "${KHAMSIN_BIN%/*}/khamsin-tls.so" "$TMP/"; fi
 
   # From here on everything (servers, wrk, python helpers) inherits the priority, and the
   # orchestration runs on the client core; servers re-pin themselves to SERVER_CORE.

@@ -1,0 +1,38 @@
+/* kh_tls_module.c: the one exported symbol of khamsin-tls.so (see kh_tls_module.h).
+ * Owns:  the table of the module's kh_tls.h functions.
+ * In:    a call from kh_tls_load.c right after dlopen.
+ * Out:   the table; every other symbol of the module stays hidden (-fvisibility=hidden), so the
+ *        module's kh_tls_* never clash with the binary's kh_tls_* trampolines. */
+#include "kh_tls_module.h"
+
+#include "kh_common.h"
+#include "kh_conn.h"
+#include "kh_worker.h"
+
+#ifndef KH_VERSION
+#define KH_VERSION "0.0.0"
+#endif
+
+static const kh_tls_module_vt vt = {
+    .abi = KH_TLS_MODULE_ABI,
+    .vt_size = sizeof(kh_tls_module_vt),
+    .conn_size = sizeof(kh_conn),
+    .worker_size = sizeof(kh_worker),
+    .version = KH_VERSION,
+    .ctx_new = kh_tls_ctx_new,
+    .ctx_spki_sha256 = kh_tls_ctx_spki_sha256,
+    .ctx_free = kh_tls_ctx_free,
+    .conn_new = kh_tls_new,
+    .conn_free = kh_tls_free,
+    .read = kh_tls_read,
+    .write = kh_tls_write,
+    .close_notify = kh_tls_close_notify,
+    .established = kh_tls_established,
+};
+
+KH_EXPORT const kh_tls_module_vt *kh_tls_module_get(void);
+
+const kh_tls_module_vt *kh_tls_module_get(void)
+{
+    return &vt;
+}

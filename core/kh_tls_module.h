@@ -1,0 +1,44 @@
+/* kh_tls_module.h: the seam between the khamsin binary and khamsin-tls.so.
+ * Why a module: mapping libssl and libcrypto costs about 5 ms of page faults at every exec on a
+ * small VM (an empty program linked with -lssl -lcrypto starts in 8.2 ms, 3.0 ms without), so the
+ * TLS transport (KH_TLS_MODULE_SOURCES in CMakeLists.txt: every core file that includes OpenSSL)
+ * is built as a module that only a server with a TLS listener loads.
+ * Owns:  nothing; it only describes the table.
+ * In/Out: the module exports one function, KH_TLS_MODULE_ENTRY, returning a table of kh_tls.h's
+ *        functions; kh_tls_load.c in the binary dlopens the module and calls through that table.
+ *        The module takes core's functions (kh_log_write, kh_buf_*, kh_conn_start_proto, ...)
+ *        from the binary, which exports every kh_* symbol (-Wl,--export-dynamic-symbol=kh_*).
+ * Never: crosses with a module built from other sources: the ABI number, the version and the
+ *        sizes of the structs both sides touch must match, or the loader refuses the module. */
+#ifndef KH_TLS_MODULE_H
+#define KH_TLS_MODULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kh_tls.h"
+
+#define KH_TLS_MODULE_ABI 1
+#define KH_TLS_MODULE_ENTRY "kh_tls_module_get"
+#define KH_TLS_MODULE_FILE "khamsin-tls.so"
+
+typedef struct kh_tls_module_vt {
+    uint32_t abi;        /* KH_TLS_MODULE_ABI: bumped when this table changes */
+    uint32_t vt_size;    /* sizeof(kh_tls_module_vt) */
+    uint32_t conn_size;  /* sizeof(kh_conn) and sizeof(kh_worker) as the module saw them: a */
+    uint32_t worker_size; /* module built against other headers is refused, not run */
+    const char *version; /* KH_VERSION */
+    kh_tls_ctx *(*ctx_new)(const kh_tls_opts *o, char *err, size_t errlen);
+    const char *(*ctx_spki_sha256)(const kh_tls_ctx *t);
+    void (*ctx_free)(kh_tls_ctx *t);
+    kh_tls *(*conn_new)(kh_tls_ctx *t, kh_conn *c);
+    void (*conn_free)(kh_tls *s, kh_bufcache *bufs);
+    int (*read)(kh_tls *s, const char *p, size_t n);
+    kh_buf *(*write)(kh_tls *s, kh_buf *plain);
+    int (*close_notify)(kh_tls *s);
+    int (*established)(const kh_tls *s);
+} kh_tls_module_vt;
+
+typedef const kh_tls_module_vt *(*kh_tls_module_entry_fn)(void);
+
+#endif

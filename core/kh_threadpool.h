@@ -29,18 +29,25 @@ struct kh_job {
 typedef void *(*kh_threadpool_init_cb)(void *ud, int index);
 typedef void (*kh_threadpool_close_cb)(void *ud, void *thread_state);
 
-/* Starts nthreads threads; each calls init_thread(ud, i) first (a NULL state is allowed).
- * capacity bounds the jobs queued and not yet started. Returns NULL on failure. */
+/* A pool of nthreads threads, started by the first kh_threadpool_submit (not here: start-up
+ * does not pay for threads an app may never use); each calls init_thread(ud, i) first (a NULL
+ * state is allowed). capacity bounds the jobs queued and not yet started. Returns NULL on bad
+ * arguments. */
 kh_threadpool *kh_threadpool_new(int nthreads, uint32_t capacity, kh_threadpool_init_cb init,
                                  kh_threadpool_close_cb close, void *ud);
 /* Any thread. 0: queued (the pool owns j until it is posted to j->reply_to). KH_EFULL: the
- * queue is full; KH_ECLOSED: the pool is stopping; on error the caller still owns j. */
+ * queue is full; KH_ECLOSED: the pool is stopping; KH_ENOMEM: no thread could be started (the
+ * first submit starts them and may wait for that, as may a submit racing with it); on error the
+ * caller still owns j. */
 int kh_threadpool_submit(kh_threadpool *p, kh_job *j);
 /* Jobs queued and not yet started (for tests and stats). */
 uint32_t kh_threadpool_pending(kh_threadpool *p);
 int kh_threadpool_threads(const kh_threadpool *p);
+/* Threads running: 0 until the first submit (for tests). */
+int kh_threadpool_started(kh_threadpool *p);
 /* Stops: refuses new jobs, disposes of queued ones (msg.dispose), lets running ones finish and
- * post back, joins the threads (each frees its state) and frees the pool. */
+ * post back, joins the threads if they were ever started (each frees its state) and frees the
+ * pool. */
 void kh_threadpool_free(kh_threadpool *p);
 
 #endif

@@ -420,10 +420,11 @@ int main(int argc, char **argv)
     cfg.shdicts = kh_shdict_reg_new();
     int nthreads = cfg.limits.pool_threads ? (int)cfg.limits.pool_threads
                                            : (int)uv_available_parallelism();
+    /* its threads (and their Lua states) start with the first k.blocking, not here */
     cfg.pool = kh_threadpool_new(nthreads, (uint32_t)(cfg.limits.pool_queue * (uint64_t)nthreads),
                                  pool_init, pool_close, &cfg);
     if (cfg.pool == NULL) {
-        fprintf(stderr, "khamsin: cannot start %d pool threads\n", nthreads);
+        fprintf(stderr, "khamsin: cannot make a pool of %d threads\n", nthreads);
         return 1;
     }
     int failed = 0;

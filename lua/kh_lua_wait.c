@@ -279,7 +279,9 @@ static int l_blocking(lua_State *L)
     if (r != 0) {
         job_free(j);
         lua_pushliteral(L, "busy");
-        lua_pushstring(L, r == KH_EFULL ? "the pool queue is full" : "the pool is stopping");
+        lua_pushstring(L, r == KH_EFULL     ? "the pool queue is full"
+                          : r == KH_ECLOSED ? "the pool is stopping"
+                                            : "the pool threads cannot start");
         return 2;
     }
     c->job = j;

@@ -1,6 +1,6 @@
-/* test_threadpool.c: kh_threadpool: jobs run on M threads with their own state, results come
- * back through the mailbox, a full queue is KH_EFULL at once, abandoned jobs are skipped, and
- * freeing the pool disposes of queued jobs. */
+/* test_threadpool.c: kh_threadpool: no thread starts before the first job, jobs run on M
+ * threads with their own state, results come back through the mailbox, a full queue is KH_EFULL
+ * at once, abandoned jobs are skipped, and freeing the pool disposes of queued jobs. */
 #include <uv.h>
 
 #include "kh_chan.h"
@@ -101,10 +101,19 @@ int main(void)
     uv_timer_t guard;
     uv_timer_init(&loop, &guard);
 
+    kh_subtest("no thread before the first job; a pool never used frees without any");
+    kh_threadpool *idle = kh_threadpool_new(2, 8, thread_init, thread_close, NULL);
+    kh_ok(idle != NULL, "pool made");
+    kh_is_int(kh_threadpool_threads(idle), 2, "2 threads asked");
+    kh_is_int(kh_threadpool_started(idle), 0, "none started");
+    kh_threadpool_free(idle);
+    kh_is_int(inits + closes, 0, "no thread state was made or freed");
+
     kh_subtest("3 threads, 100 jobs");
     kh_threadpool *p = kh_threadpool_new(3, 128, thread_init, thread_close, NULL);
     kh_ok(p != NULL, "pool starts");
     kh_is_int(kh_threadpool_threads(p), 3, "3 threads");
+    kh_is_int(kh_threadpool_started(p), 0, "not started before the first submit");
     want = 100;
     int expect = 0;
     for (int i = 1; i <= 100; i++) {
@@ -113,6 +122,7 @@ int main(void)
             kh_ok(0, "submit %d", i);
         expect += 2 * i;
     }
+    kh_is_int(kh_threadpool_started(p), 3, "the first submit started the 3 threads");
     uv_timer_start(&guard, guard_cb, 10000, 0);
     uv_run(&loop, UV_RUN_DEFAULT);
     kh_is_int(received, 100, "every result came back through the mailbox");

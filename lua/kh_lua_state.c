@@ -1,4 +1,5 @@
-/* kh_lua_state.c: a worker's lua_State: libraries, module path, the app script.
+/* kh_lua_state.c: a worker's lua_State: libraries, module path (khamsin's own modules come from
+ * the bytecode built in, kh_lua_modules.c, when there is some), the app script.
  * Owns:  the lua_State (created and closed on the worker's thread).
  * In:    worker_init / worker_close from core (kh_app_vt).
  * Out:   routes in the worker's router (through khamsin.core.route); load errors as file:line. */
@@ -9,6 +10,7 @@
 #include "kh_log.h"
 #include "kh_lua.h"
 #include "kh_lua_internal.h"
+#include "kh_lua_modules.h"
 
 static const char *lua_dir(void)
 {
@@ -68,6 +70,7 @@ static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, s
     K->L = L;
     luaL_openlibs(L);
     kh__lua_set_path(L, w->cfg->script);
+    kh__lua_modules_preload(L);
     kh__lua_open_core(L, K);
     K->live.live_next = K->live.live_prev = &K->live;
     K->event_ref = LUA_NOREF;

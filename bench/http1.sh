@@ -291,6 +291,9 @@ main() {
   # ---- 3. start-up
   if has "$PARTS" startup && [[ -n ${STARTUP_SERVERS// /} ]]; then
     log "## Start-up: exec of the server (pinned to core $SERVER_CORE) -> first 200 'Hello, World!', polled every 0.2 ms from core $WRK_CORE; $STARTUP_RUNS runs"
+    log "   floor: exec -> exit of /bin/true, spawned and polled the same way (what any exec costs on this machine)"
+    $PY $LIB startup-floor --name "floor" --runs "$STARTUP_RUNS" --server-core "$SERVER_CORE" \
+      --client-core "$WRK_CORE" --json "$TMP/startup.jsonl" -- /bin/true
     for s in $STARTUP_SERVERS; do
       port=$(port_of "$s")
       local cmd

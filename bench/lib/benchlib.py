@@ -10,6 +10,8 @@ Subcommands:
   report TSV                  median table + ratios
   idle ...                    PSS per idle keep-alive connection
   startup ...                 exec -> first HTTP answer, N runs
+  startup-floor ...           exec -> exit of an empty program (/bin/true), spawned and polled
+                              the same way: what "from exec" costs on this machine
 """
 import argparse
 import json
@@ -614,6 +616,31 @@ def cmd_startup(a):
             f.write(json.dumps(dict(server=a.name, startup_ms=times)) + "\n")
 
 
+def cmd_startup_floor(a):
+    """The floor under every startup figure: an empty program spawned exactly as cmd_startup
+    spawns a server (pinned to the server core, Popen with close_fds, output to the log), with
+    its exit polled at the same 0.2 ms cadence as the server's answer."""
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    times = []
+    log = open(a.log, "ab") if a.log else subprocess.DEVNULL
+    for i in range(a.runs):
+        os.sched_setaffinity(0, {a.server_core})
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=log, stderr=log, close_fds=True)
+        os.sched_setaffinity(0, {a.client_core})
+        while p.poll() is None:
+            time.sleep(0.0002)
+        done = time.perf_counter()
+        if p.returncode != 0:
+            die(f"startup-floor: {cmd[0]} exited with {p.returncode}")
+        times.append((done - t0) * 1e3)
+    print(f"  {a.name:<13} exec -> exit:      median {statistics.median(times):7.2f} ms  "
+          f"(min {min(times):.2f}, max {max(times):.2f}, n={len(times)})", flush=True)
+    if a.json:
+        with open(a.json, "a") as f:
+            f.write(json.dumps(dict(server=a.name, exit_ms=times)) + "\n")
+
+
 # ----------------------------------------------------------------- main ----
 
 def main():
@@ -665,6 +692,15 @@ def main():
     p.add_argument("--json")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     p.set_defaults(f=cmd_startup)
+    p = sp.add_parser("startup-floor")
+    p.add_argument("--name", required=True)
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--server-core", type=int, default=1)
+    p.add_argument("--client-core", type=int, default=0)
+    p.add_argument("--log")
+    p.add_argument("--json")
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    p.set_defaults(f=cmd_startup_floor)
     a = ap.parse_args()
     a.f(a)
 

@@ -128,15 +128,25 @@ function k.publish(topic, value)
     return core.publish(topic, value)
 end
 
-local defer = require "khamsin.defer"
+-- khamsin.defer and khamsin.shared load on first use, not with the app (start-up time).
+local deferred = response.deferred
 
 -- Answers the deferred reply `id` (d.id), on whichever worker holds it.
 function k.resolve(id, status, body, headers)
-    return defer.resolve(id, status, body, headers)
+    return deferred().resolve(id, status, body, headers)
 end
 
-k.shared_dict = require("khamsin.shared").declare
-k.shared = require("khamsin.shared").get
+-- k.shared_dict and k.shared are khamsin.shared's own functions (their errors name the caller's
+-- line), fetched the first time either is looked up.
+setmetatable(k, {
+    __index = function(t, key)
+        if key ~= "shared_dict" and key ~= "shared" then return nil end
+        local shared = require "khamsin.shared"
+        rawset(t, "shared_dict", shared.declare)
+        rawset(t, "shared", shared.get)
+        return rawget(t, key)
+    end,
+})
 
 local function log_args(...)
     local n = select("#", ...)
@@ -183,8 +193,8 @@ local events = {
             run_logged("subscriber of '" .. topic .. "'", fn, value, topic)
         end
     end,
-    resolve = function(id, status, body, headers) defer.on_resolve(id, status, body, headers) end,
-    abort = function(s) defer.on_abort(s) end,
+    resolve = function(id, status, body, headers) deferred().on_resolve(id, status, body, headers) end,
+    abort = function(s) deferred().on_abort(s) end,
 }
 
 function k._event(kind, ...)

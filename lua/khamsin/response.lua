@@ -12,7 +12,17 @@ local M = {}
 local TEXT = "text/plain; charset=utf-8"
 local JSON = "application/json"
 
-local defer = require "khamsin.defer"
+-- khamsin.defer is required by the first res:defer() or k.resolve (M.deferred), not at start-up:
+-- most apps never defer, and each module loaded costs every worker's start a few pages.
+local defer
+
+function M.deferred()
+    if not defer then
+        defer = require "khamsin.defer"
+        defer.set_finish(M.finish)
+    end
+    return defer
+end
 
 local Res = {}
 
@@ -20,7 +30,7 @@ local Res = {}
 -- headers) from a timer, another request, the pool, or another worker (k.resolve(d.id, ...)).
 -- opts.timeout (seconds; default the defer_timeout_ms limit) answers 504 when it passes.
 function Res:defer(opts)
-    return defer.new(self, opts)
+    return M.deferred().new(self, opts)
 end
 
 local res_mt = {
@@ -90,7 +100,7 @@ end
 
 -- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500).
 function M.fail(req, res, e)
-    defer.drop(res)
+    if defer then defer.drop(res) end -- nothing to drop before the first res:defer()
     if errors.is_aborted(e) then return end -- the engine answered, or nobody is listening
     if errors.is_busy(e) then
         respond(res._s, res._g, 503, "Service Unavailable: " .. tostring(e.reason) .. "\n",
@@ -108,7 +118,5 @@ function M.fail(req, res, e)
     if core.dev then body = "Internal Server Error\n\n" .. tb .. "\n" end
     respond(res._s, res._g, 500, body, nil, TEXT)
 end
-
-defer.set_finish(M.finish)
 
 return M

@@ -1,4 +1,4 @@
-/* kh_worker.c: a worker thread (see kh_worker.h).
+/* kh_worker.c: a worker, on its own thread or on main's (see kh_worker.h).
  * Owns:  the loop and everything on it; the order of a loop turn: I/O callbacks, then one
  *        flush pass over dirty connections (uv_prepare, redis's beforeSleep), then poll.
  * In:    listening fds, config, stop requests.
@@ -261,9 +261,12 @@ static void report_ready(kh_worker *w, int status)
     uv_mutex_unlock(&w->mu);
 }
 
-static void worker_main(void *arg)
+/* On the worker's thread: makes the app state and the listeners, then reports ready (1) or
+ * failed (-1) to kh_worker_wait_ready. Returns 0 when the app failed to load (the loop only has
+ * to close what was opened), 1 otherwise (the loop serves, or closes the app after a failed
+ * listen). */
+static int worker_load(kh_worker *w)
 {
-    kh_worker *w = arg;
     char name[16];
     snprintf(name, sizeof name, "w%d", w->id);
     kh_log_set_thread_name(name);
@@ -274,8 +277,7 @@ static void worker_main(void *arg)
         report_ready(w, -1);
         finish_stop(w);
         kh_chan_close(&w->inbox);
-        uv_run(&w->loop, UV_RUN_DEFAULT);
-        return;
+        return 0;
     }
 
     w->listeners = kh_xcalloc((size_t)w->cfg->num_listens, sizeof(uv_tcp_t));
@@ -302,8 +304,18 @@ static void worker_main(void *arg)
         report_ready(w, 1);
     else
         finish_stop(w);
+    return 1;
+}
 
+/* On the worker's thread: runs the loop until the worker has stopped, then closes the app. */
+static void worker_loop(kh_worker *w, int loaded)
+{
+    char name[16];
+    snprintf(name, sizeof name, "w%d", w->id);
+    kh_log_set_thread_name(name);
     uv_run(&w->loop, UV_RUN_DEFAULT);
+    if (!loaded)
+        return;
 
     /* later posts are disposed of by their posters; what is queued is disposed of here */
     kh_chan_close(&w->inbox);
@@ -315,7 +327,14 @@ static void worker_main(void *arg)
     uv_run(&w->loop, UV_RUN_DEFAULT);
 }
 
-int kh_worker_start(kh_worker *w, int id, const kh_config *cfg)
+static void worker_main(void *arg)
+{
+    kh_worker *w = arg;
+    worker_loop(w, worker_load(w));
+}
+
+/* The loop, its handles and the buffers, on the calling thread (main), before the worker runs. */
+static int worker_prepare(kh_worker *w, int id, const kh_config *cfg)
 {
     w->id = id;
     w->cfg = cfg;
@@ -366,7 +385,36 @@ int kh_worker_start(kh_worker *w, int id, const kh_config *cfg)
     uv_unref((uv_handle_t *)&w->tick);
     kh_bufcache_init(&w->bufs, 256);
     w->read_slab = kh_xmalloc(65536);
-    return uv_thread_create(&w->thread, worker_main, w);
+    return 0;
+}
+
+int kh_worker_start(kh_worker *w, int id, const kh_config *cfg)
+{
+    int r = worker_prepare(w, id, cfg);
+    if (r)
+        return r;
+    r = uv_thread_create(&w->thread, worker_main, w);
+    if (r == 0)
+        w->started = w->threaded = 1;
+    return r;
+}
+
+int kh_worker_load_here(kh_worker *w, int id, const kh_config *cfg)
+{
+    int r = worker_prepare(w, id, cfg);
+    if (r) {
+        snprintf(w->load_err, sizeof w->load_err, "cannot start worker %d: %s", id, uv_strerror(r));
+        w->ready = -1;
+        return -1;
+    }
+    w->started = 1;
+    w->loaded = worker_load(w);
+    return w->ready > 0 ? 0 : -1;
+}
+
+void kh_worker_run_here(kh_worker *w)
+{
+    worker_loop(w, w->loaded);
 }
 
 int kh_worker_wait_ready(kh_worker *w)
@@ -398,7 +446,10 @@ static void free_streams(kh_worker *w)
 
 void kh_worker_join(kh_worker *w)
 {
-    uv_thread_join(&w->thread);
+    if (!w->started)
+        return;
+    if (w->threaded)
+        uv_thread_join(&w->thread);
     if (w->router)
         kh_router_free(w->router);
     int r = uv_loop_close(&w->loop);

@@ -1,4 +1,6 @@
-/* kh_worker.h: one worker thread: its uv loop, listeners, connections, timers and app state.
+/* kh_worker.h: one worker: its uv loop, listeners, connections, timers and app state, on a
+ * thread of its own (kh_worker_start) or on the caller's (kh_worker_load_here, then
+ * kh_worker_run_here: main runs worker 0 itself, which saves a thread start at start-up).
  * Owns:  everything it touches (style.md §2): loop, router, app state, buffer cache, stream pool,
  *        timeout queues, the flush list, the access-log buffer.
  * In:    listening fds and the read-only kh_config from main; a stop request through uv_async.
@@ -68,8 +70,8 @@ struct kh_worker {
     uv_loop_t loop;
     uv_async_t wakeup;
     kh_chan inbox;          /* messages from pool threads and other workers */
-    uv_timer_t heartbeat;   /* bumps beats so main can see a stalled loop */
-    _Atomic uint64_t beats; /* written by this worker, read by main */
+    uv_timer_t heartbeat;   /* bumps beats so main.c's watchdog sees a stalled loop */
+    _Atomic uint64_t beats; /* written by this worker, read by the watchdog */
     uv_prepare_t flush_prepare;
     uv_timer_t tick;
     uv_timer_t grace;
@@ -99,20 +101,30 @@ struct kh_worker {
     char load_err[2048];
     int stop_requested;
     int stopping;
+    int started;  /* its loop was initialized (kh_worker_join has something to free) */
+    int threaded; /* it runs on `thread`, which kh_worker_join joins */
+    int loaded;   /* kh_worker_load_here: the app loaded (the loop serves, then closes it) */
 };
 
 /* Starts the thread; the worker loads the app, then reports through kh_worker_wait_ready. */
 int kh_worker_start(kh_worker *w, int id, const kh_config *cfg);
+/* The same on the calling thread: loads the app and opens the listeners, and returns 0 or -1
+ * (message in w->load_err) as kh_worker_wait_ready would. Then kh_worker_run_here runs the
+ * worker's loop on this thread until it stops (after a failed load: until it has closed). */
+int kh_worker_load_here(kh_worker *w, int id, const kh_config *cfg);
+void kh_worker_run_here(kh_worker *w);
 /* Blocks until the worker loaded its app; returns 0 or -1 (message in w->load_err). */
 int kh_worker_wait_ready(kh_worker *w);
 /* Asks a worker to stop gracefully (thread-safe). */
 void kh_worker_request_stop(kh_worker *w);
+/* Joins its thread (if it has one) and frees what the loop left; nothing if it never started. */
 void kh_worker_join(kh_worker *w);
 
 /* Any thread: posts m to worker `to`'s mailbox (the app's on_message receives it there).
  * Returns 0, or KH_ECLOSED / KH_EINVAL after disposing of m. */
 int kh_worker_post(const kh_config *cfg, int to, kh_chan_msg *m);
-/* Main thread: the worker's heartbeat counter (moves every ~100 ms while its loop turns). */
+/* Any thread (the watchdog): the worker's heartbeat counter (moves every ~100 ms while its
+ * loop turns). */
 uint64_t kh_worker_beats(kh_worker *w);
 
 /* On the worker's thread: the current Date header value (refreshed once a second). */

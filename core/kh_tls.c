@@ -1,7 +1,7 @@
 /* kh_tls.c: TLS transport on OpenSSL 3.0 (see kh_tls.h).
  * Owns:  the SSL_CTXs (built on the main thread, read-only afterwards), the ticket key ring (the
- *        one mutable thing the workers share, behind ticket_mu), each connection's SSL and its
- *        pending ciphertext.
+ *        one mutable thing the workers share, behind ticket_mu), each connection's SSL (until a
+ *        TLS 1.3 handshake is done: then its kh_tls13 record layer) and its pending ciphertext.
  * In:    certificate files or --tls-self-signed at start-up; ciphertext and plaintext from kh_conn.
  * Out:   ciphertext for kh_conn to write; plaintext in c->in; kh_conn_start_proto after ALPN.
  * Never: blocks, touches the socket, or logs peer garbage above DEBUG.

@@ -5,7 +5,7 @@ set -euo pipefail
 what=${1:-run}
 pkgs=(cmake make gcc pkg-config libluajit2-5.1-dev libuv1-dev libnghttp2-dev libssl-dev lua-cjson curl)
 if [ "$what" = test ] || [ "$what" = bench ]; then
-  pkgs+=(luajit2 lua-busted lua-socket lua-sec clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2)
+  pkgs+=(luajit2 lua-busted lua-socket lua-sec clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh)
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps)

@@ -219,6 +219,8 @@ static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
     h->flags |= H1_SEEN;
     const kh_h1_field *h2c = h2c_upgrade(c, head, fields);
     kh_stream *s = kh_stream_open(c->w, &h1_sink, c);
+    if (c->tls)
+        s->flags |= KH_STREAM_F_TLS;
     kh_header hdrs[head->num_fields ? head->num_fields : 1];
     size_t nh = 0;
     for (size_t i = 0; i < head->num_fields; i++) {

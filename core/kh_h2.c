@@ -169,6 +169,8 @@ static kh_stream *new_stream(h2_conn *h, int32_t id)
     kh_stream *s = kh_stream_open(c->w, &h2_sink, c);
     h2_stream *hs = HS(s);
     memset(hs, 0, sizeof *hs);
+    if (c->tls)
+        s->flags |= KH_STREAM_F_TLS; /* from the connection: :scheme is only the client's word */
     hs->id = id;
     s->peer = c->peer;
     s->version_major = 2;

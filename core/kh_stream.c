@@ -7,6 +7,7 @@
 #include "kh_stream.h"
 
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "kh_app.h"
@@ -263,6 +264,45 @@ static int header_ok(const kh_header *h)
     return 1;
 }
 
+/* The security fields every TLS response carries unless the handler set its own. Then its value
+ * goes out unchanged and alone: a UA processes only the first Strict-Transport-Security field
+ * (RFC 6797 §8.1), and testssl rates two as a MEDIUM misconfiguration. HSTS belongs to secure
+ * transports only (§7.2: not sent over plain HTTP, §8.1: ignored there), and on cleartext the
+ * engine adds nothing, so those responses stay as they were, byte for byte. No includeSubDomains
+ * by default: the engine cannot know that every subdomain serves HTTPS. nosniff stops a browser
+ * from running a text/plain or JSON body as a script (Django sends it by default too). Decided
+ * here, once, for every protocol: the sinks just encode what they get. */
+static int send_head_tls(kh_stream *s, int status, const kh_header *h, size_t n,
+                         int64_t content_length)
+{
+    const kh_limits *l = s->worker->limits;
+    int hsts = l->hsts_max_age != 0, nosniff = l->tls_nosniff != 0;
+    for (size_t i = 0; i < n && (hsts || nosniff); i++) {
+        if (kh_str_ieq_lower(h[i].name, "strict-transport-security", 25))
+            hsts = 0;
+        else if (kh_str_ieq_lower(h[i].name, "x-content-type-options", 22))
+            nosniff = 0;
+    }
+    if (!hsts && !nosniff)
+        return s->sink->head(s, status, h, n, content_length);
+    kh_header local[16];
+    kh_header *all = n + 2 <= KH_ARRAY_LEN(local) ? local : kh_xmalloc((n + 2) * sizeof *all);
+    if (n)
+        memcpy(all, h, n * sizeof *h);
+    size_t k = n;
+    char age[32];
+    if (hsts) {
+        int len = snprintf(age, sizeof age, "max-age=%" PRIu64, l->hsts_max_age);
+        all[k++] = (kh_header){KH_STR_LIT("Strict-Transport-Security"), {age, (size_t)len}};
+    }
+    if (nosniff)
+        all[k++] = (kh_header){KH_STR_LIT("X-Content-Type-Options"), KH_STR_LIT("nosniff")};
+    int r = s->sink->head(s, status, all, k, content_length); /* the sink copies what it keeps */
+    if (all != local)
+        free(all);
+    return r;
+}
+
 int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
                         int64_t content_length)
 {
@@ -277,6 +317,8 @@ int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
             return KH_EINVAL;
     s->flags |= KH_STREAM_F_HEAD_SENT;
     s->status = status;
+    if (s->flags & KH_STREAM_F_TLS) /* one test on the cleartext path */
+        return send_head_tls(s, status, h, n, content_length);
     return s->sink->head(s, status, h, n, content_length);
 }
 

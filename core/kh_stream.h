@@ -67,6 +67,8 @@ enum {
     KH_STREAM_F_HEAD_METHOD = 1u << 3, /* a HEAD request: no body bytes go out */
     KH_STREAM_F_CLOSE = 1u << 4,      /* the connection must close after this response */
     KH_STREAM_F_APP = 1u << 5,        /* dispatched to the app, which holds a ref */
+    KH_STREAM_F_TLS = 1u << 6,        /* the connection is secure (h1/h2 over TLS; h3): set by the
+                                       * protocol, read by kh_stream_send_head (HSTS, nosniff) */
 };
 
 struct kh_stream {
@@ -139,7 +141,9 @@ void kh_stream_on_head(kh_stream *s);
 void kh_stream_on_reset(kh_stream *s, int err);
 
 /* App -> protocol. All return 0 or a negative code (KH_ECLOSED when the peer is gone, KH_EINVAL
- * for a header name or value that could split the response, KH_EPROTO when out of order). */
+ * for a header name or value that could split the response, KH_EPROTO when out of order).
+ * On a KH_STREAM_F_TLS stream, send_head adds Strict-Transport-Security (limit hsts_max_age) and
+ * X-Content-Type-Options: nosniff (limit tls_nosniff), each unless h already has that field. */
 int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
                         int64_t content_length);
 int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin);

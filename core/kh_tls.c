@@ -1,7 +1,7 @@
 /* kh_tls.c: TLS transport on OpenSSL 3.0 (see kh_tls.h).
  * Owns:  the SSL_CTXs (built on the main thread, read-only afterwards), the ticket key ring (the
- *        one mutable thing the workers share, behind ticket_mu), each connection's SSL and its
- *        pending ciphertext.
+ *        one mutable thing the workers share, behind ticket_mu), each connection's SSL (until a
+ *        TLS 1.3 handshake is done: then its kh_tls13 record layer) and its pending ciphertext.
  * In:    certificate files or --tls-self-signed at start-up; ciphertext and plaintext from kh_conn.
  * Out:   ciphertext for kh_conn to write; plaintext in c->in; kh_conn_start_proto after ALPN.
  * Never: blocks, touches the socket, or logs peer garbage above DEBUG.
@@ -29,6 +29,7 @@
 #include "kh_conn.h"
 #include "kh_err.h"
 #include "kh_log.h"
+#include "kh_tls13.h"
 
 /* Session tickets (RFC 8446 §4.6.1): one AES-256-CBC + HMAC-SHA256 key encrypts new tickets for
  * ticket_rotate_s, then only decrypts for as long (its tickets get a fresh one, return 2), so a
@@ -48,17 +49,28 @@ struct kh_tls_ctx {
     unsigned char alpn[64]; /* ALPN ids we serve, wire format, in our preference order */
     size_t alpn_len;
     BIO_METHOD *bio_method;
+    kh_tls13_algs *algs; /* NULL: OpenSSL keeps every connection's record layer */
     uint64_t rotate_s;
     uv_mutex_t ticket_mu; /* guards keys[]: held for a copy, never across crypto */
     ticket_key keys[2];   /* [0] encrypts, [1] the previous one still decrypts */
 };
 
+/* The application traffic secrets, from OpenSSL's keylog callback during the handshake. */
+typedef struct hs_secrets {
+    uint8_t client[KH_TLS13_MAX_SECRET];
+    uint8_t server[KH_TLS13_MAX_SECRET];
+    uint8_t have; /* bit 0: client, bit 1: server */
+    uint8_t len;
+} hs_secrets;
+
 struct kh_tls {
-    SSL *ssl;
+    SSL *ssl;         /* NULL once a TLS 1.3 connection is handed to `rec` */
     kh_conn *c;
     const char *in_p; /* ciphertext lent for the current kh_tls_read */
     size_t in_n;
     kh_buf cipher;    /* ciphertext waiting to be written */
+    hs_secrets *hs;   /* during the handshake only */
+    kh_tls13 rec;     /* the record layer after the handshake (when ssl is NULL) */
     uint8_t established;
     uint8_t failed;
     uint8_t closed;   /* close_notify queued */
@@ -221,6 +233,55 @@ static int ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CI
     return which == 1 ? 2 : 1; /* 2: valid, but issue a ticket under the current key */
 }
 
+static int unhex(const char *h, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        int v = 0;
+        for (int j = 0; j < 2; j++) {
+            char ch = h[2 * i + j];
+            int d = ch >= '0' && ch <= '9' ? ch - '0'
+                    : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                    : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+            if (d < 0)
+                return -1;
+            v = v * 16 + d;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+/* OpenSSL 3.0 has no API that returns the traffic secrets; its key log (the NSS format:
+ * "LABEL <client random hex> <secret hex>") is the public way out. We keep the two application
+ * traffic secrets for the hand-off to our record layer, and nothing is written anywhere. */
+static void keylog_cb(const SSL *ssl, const char *line)
+{
+    kh_tls *s = SSL_get_app_data(ssl);
+    int which;
+    if (s == NULL)
+        return;
+    if (strncmp(line, "CLIENT_TRAFFIC_SECRET_0 ", 24) == 0)
+        which = 0;
+    else if (strncmp(line, "SERVER_TRAFFIC_SECRET_0 ", 24) == 0)
+        which = 1;
+    else
+        return;
+    const char *sp = strchr(line + 24, ' ');
+    if (sp == NULL)
+        return;
+    size_t hexlen = strlen(sp + 1);
+    if (hexlen % 2 || hexlen / 2 > KH_TLS13_MAX_SECRET || hexlen == 0)
+        return;
+    if (s->hs == NULL)
+        s->hs = kh_xcalloc(1, sizeof *s->hs);
+    if (s->hs->len && s->hs->len != hexlen / 2)
+        return;
+    if (unhex(sp + 1, hexlen / 2, which ? s->hs->server : s->hs->client) == 0) {
+        s->hs->len = (uint8_t)(hexlen / 2);
+        s->hs->have |= (uint8_t)(1u << which);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* start-up (main thread) */
 
@@ -251,6 +312,8 @@ static SSL_CTX *ctx_new(kh_tls_ctx *t, const kh_tls_opts *o)
     SSL_CTX_set_tlsext_servername_callback(ctx, sni_cb);
     SSL_CTX_set_tlsext_servername_arg(ctx, t);
     SSL_CTX_set_app_data(ctx, t);
+    if (t->algs)
+        SSL_CTX_set_keylog_callback(ctx, keylog_cb);
     return ctx;
 }
 
@@ -352,6 +415,10 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
     uv_mutex_init(&t->ticket_mu);
     ticket_key_new(&t->keys[0], mono_s());
     t->alpn_len = kh_conn_alpn_wire(t->alpn, sizeof t->alpn);
+    t->algs = kh_tls13_algs_new();
+    if (t->algs == NULL)
+        KH_LOG_WARN("tls: an AEAD or hash is missing from OpenSSL: its record layer stays in use "
+                    "(about 8 KB more per connection)");
     t->ctxs = kh_xcalloc((size_t)n, sizeof(SSL_CTX *));
     t->certs = kh_xcalloc((size_t)n, sizeof(X509 *));
     t->bio_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "khamsin conn");
@@ -397,6 +464,7 @@ void kh_tls_ctx_free(kh_tls_ctx *t)
     free(t->certs);
     if (t->bio_method)
         BIO_meth_free(t->bio_method);
+    kh_tls13_algs_free(t->algs);
     OPENSSL_cleanse(t->keys, sizeof t->keys);
     uv_mutex_destroy(&t->ticket_mu);
     free(t);
@@ -418,6 +486,7 @@ kh_tls *kh_tls_new(kh_tls_ctx *t, kh_conn *c)
         return NULL;
     }
     BIO_set_data(b, s);
+    SSL_set_app_data(s->ssl, s); /* for keylog_cb */
     SSL_set_bio(s->ssl, b, b); /* one reference, used for both directions */
     SSL_set_accept_state(s->ssl);
     return s;
@@ -427,7 +496,14 @@ void kh_tls_free(kh_tls *s, kh_bufcache *bufs)
 {
     if (s == NULL)
         return;
-    SSL_free(s->ssl);
+    if (s->ssl)
+        SSL_free(s->ssl);
+    else
+        kh_tls13_free(&s->rec, bufs);
+    if (s->hs) {
+        OPENSSL_cleanse(s->hs, sizeof *s->hs);
+        free(s->hs);
+    }
     kh_buf_release(&s->cipher, bufs);
     free(s);
 }
@@ -450,15 +526,88 @@ static int fail(kh_tls *s, const char *what, int ret)
     return KH_EPROTO;
 }
 
+/* TLS 1.3 only: once the handshake is done, the traffic secrets, the suite and the number of
+ * records OpenSSL already sent under the server's application key (its NewSessionTicket, written
+ * by the SSL_do_handshake call that completed, so everything it appended since `sent_before`) are
+ * all our record layer needs; the SSL object (~8 KB) goes. Anything unusual (TLS 1.2, a suite we
+ * lack, bytes OpenSSL buffered) keeps OpenSSL's record layer: slower to idle, equally correct. */
+static void hand_off(kh_tls *s, size_t sent_before)
+{
+    kh_tls_ctx *t = SSL_CTX_get_app_data(SSL_get_SSL_CTX(s->ssl));
+    hs_secrets *hs = s->hs;
+    const char *why = NULL;
+    uint64_t records = 0;
+    if (t->algs == NULL)
+        why = "no algorithms";
+    else if (SSL_version(s->ssl) != TLS1_3_VERSION)
+        why = "not TLS 1.3";
+    else if (hs == NULL || hs->have != 3)
+        why = "no traffic secrets";
+    else if (SSL_has_pending(s->ssl))
+        why = "OpenSSL holds unread bytes";
+    if (why == NULL) {
+        const uint8_t *q = (const uint8_t *)s->cipher.base + sent_before;
+        size_t left = s->cipher.len - sent_before;
+        while (left >= 5 && q[0] == 23) {
+            size_t len = 5 + ((size_t)q[3] << 8 | q[4]);
+            if (len > left)
+                break;
+            records++;
+            q += len;
+            left -= len;
+        }
+        if (left != 0)
+            why = "unexpected bytes after the handshake";
+    }
+    if (why == NULL) {
+        uint16_t suite = SSL_CIPHER_get_protocol_id(SSL_get_current_cipher(s->ssl));
+        if (kh_tls13_init(&s->rec, t->algs, suite, hs->client, hs->server, hs->len, records))
+            why = "a suite we do not implement";
+    }
+    if (hs) {
+        OPENSSL_cleanse(hs, sizeof *hs);
+        free(hs);
+        s->hs = NULL;
+    }
+    if (why) {
+        KH_LOG_DEBUG("c%u tls: OpenSSL keeps the record layer (%s)", s->c->id, why);
+        return;
+    }
+    SSL_free(s->ssl);
+    s->ssl = NULL;
+}
+
+/* Our record layer's verdict on a read: 0, 1 (close_notify) or KH_EPROTO with an alert queued. */
+static int rec_read(kh_tls *s, const char *p, size_t n)
+{
+    kh_conn *c = s->c;
+    int r = kh_tls13_read(&s->rec, p, n, &c->in, &s->cipher, &c->w->bufs);
+    if (r < 0) {
+        s->failed = 1;
+        KH_LOG_DEBUG("c%u tls: alert %u %s", c->id, s->rec.alert,
+                     s->rec.alert_sent ? "sent" : "received");
+    }
+    return r;
+}
+
 int kh_tls_read(kh_tls *s, const char *p, size_t n)
 {
     kh_conn *c = s->c;
     int r = 0;
     if (s->failed || s->closed)
         return 0; /* draining before the close: the bytes are dropped */
+    if (s->ssl == NULL) {
+        r = rec_read(s, p, n);
+        if (c->in.len == 0)
+            kh_buf_release(&c->in, &c->w->bufs);
+        if (s->cipher.len)
+            kh_worker_schedule_flush(c->w, c); /* a KeyUpdate answer or an alert */
+        return r;
+    }
     s->in_p = p;
     s->in_n = n;
     if (!s->established) {
+        size_t sent_before = s->cipher.len;
         int h = SSL_do_handshake(s->ssl);
         if (h != 1) {
             if (SSL_get_error(s->ssl, h) != SSL_ERROR_WANT_READ)
@@ -472,9 +621,19 @@ int kh_tls_read(kh_tls *s, const char *p, size_t n)
         KH_LOG_DEBUG("c%u tls: %s %s alpn=%.*s%s", c->id, SSL_get_version(s->ssl),
                      SSL_get_cipher_name(s->ssl), (int)alen, alpn ? (const char *)alpn : "",
                      SSL_session_reused(s->ssl) ? " resumed" : "");
-        kh_conn_start_proto(c, (const char *)alpn, alen);
+        char proto[16];
+        alen = KH_MIN(alen, (unsigned)sizeof proto);
+        if (alen)
+            memcpy(proto, alpn, alen); /* the SSL object (which owns alpn) may go now */
+        hand_off(s, sent_before);
+        kh_conn_start_proto(c, proto, alen);
         if (c->flags & KH_CONN_F_CLOSING)
             goto out;
+        if (s->ssl == NULL) {
+            /* what followed the client's Finished in this read (often its first request) */
+            r = rec_read(s, s->in_p, s->in_n);
+            goto out;
+        }
     }
     /* Decrypt everything this read brought into `in`; records cut by the read stay inside
      * OpenSSL until the rest arrives. */
@@ -509,22 +668,31 @@ out:
 
 kh_buf *kh_tls_write(kh_tls *s, kh_buf *plain)
 {
+    kh_bufcache *bufs = &s->c->w->bufs;
     if (plain->len && s->established && !s->failed && !s->closed) {
-        size_t off = 0;
-        while (off < plain->len) {
-            /* our BIO takes everything, so SSL_write writes it all (as 16 KiB records) */
-            int k = SSL_write(s->ssl, plain->base + off,
-                              (int)KH_MIN(plain->len - off, (size_t)INT_MAX / 2));
-            if (k <= 0) {
-                fail(s, "write", k);
-                kh_buf_release(plain, &s->c->w->bufs);
+        if (s->ssl == NULL) {
+            if (kh_tls13_write(&s->rec, plain->base, plain->len, &s->cipher, bufs)) {
+                s->failed = 1;
+                kh_buf_release(plain, bufs);
                 return NULL;
             }
-            off += (size_t)k;
+        } else {
+            size_t off = 0;
+            while (off < plain->len) {
+                /* our BIO takes everything, so SSL_write writes it all (as 16 KiB records) */
+                int k = SSL_write(s->ssl, plain->base + off,
+                                  (int)KH_MIN(plain->len - off, (size_t)INT_MAX / 2));
+                if (k <= 0) {
+                    fail(s, "write", k);
+                    kh_buf_release(plain, bufs);
+                    return NULL;
+                }
+                off += (size_t)k;
+            }
         }
     }
     if (plain->len && (s->established || s->failed))
-        kh_buf_release(plain, &s->c->w->bufs); /* after a failure or close_notify: dropped */
+        kh_buf_release(plain, bufs); /* after a failure or close_notify: dropped */
     return &s->cipher;
 }
 
@@ -534,7 +702,11 @@ int kh_tls_close_notify(kh_tls *s)
         return 0;
     s->closed = 1;
     size_t before = s->cipher.len;
-    SSL_shutdown(s->ssl); /* 0: ours is sent, the peer's is not awaited (RFC 8446 §6.1) */
-    ERR_clear_error();
+    if (s->ssl == NULL) {
+        kh_tls13_send_alert(&s->rec, KH_TLS_ALERT_CLOSE_NOTIFY, &s->cipher, &s->c->w->bufs);
+    } else {
+        SSL_shutdown(s->ssl); /* 0: ours is sent, the peer's is not awaited (RFC 8446 §6.1) */
+        ERR_clear_error();
+    }
     return s->cipher.len > before;
 }

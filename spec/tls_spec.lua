@@ -266,9 +266,81 @@ describe("TLS", function()
         end)
     end)
 
+    -- After a TLS 1.3 handshake kh_tls frees OpenSSL's SSL object and protects records itself
+    -- (core/kh_tls13.c); unit.tls13 checks it against OpenSSL as the peer, these check it
+    -- against real clients through the real server.
+    describe("our record layer after the handshake", function()
+        local srv
+        setup(function()
+            srv = server.start { app = APP, tls = true, args = { "--log-level", "debug" } }
+        end)
+        teardown(function()
+            if srv then srv:stop() end
+        end)
+
+        for _, suite in ipairs { "TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                                 "TLS_CHACHA20_POLY1305_SHA256" } do
+            it("takes over " .. suite .. " for HTTP/1.1 and h2, with large bodies both ways", function()
+                local body = string.rep("y", 300000 - 3) .. "end"
+                local f = os.tmpname()
+                server.write_file(f, body)
+                local l = srv.tls_listens[1]
+                for _, v in ipairs { "--http1.1", "--http2" } do
+                    local out, rc = run(string.format(
+                        "curl -sS -k --max-time 10 %s --tls13-ciphers %s --data-binary @%s https://%s:%d/echo",
+                        v, suite, f, l.host, l.port))
+                    assert.are.equal(0, rc, out)
+                    assert.are.equal(#body, #out, v)
+                    assert.are.equal(body, out, v)
+                end
+                os.remove(f)
+            end)
+        end
+
+        it("takes over resumed sessions too, and never leaves a TLS 1.3 connection to OpenSSL", function()
+            local dir = tmpdir()
+            s_client(srv, "-tls1_3 -sess_out " .. dir .. "/s.pem")
+            local out = s_client(srv, "-tls1_3 -sess_in " .. dir .. "/s.pem")
+            os.execute("rm -rf " .. sh_quote(dir))
+            assert.truthy(out:find("Reused, TLSv1.3", 1, true), out)
+            assert.truthy(out:find("hello over tls", 1, true), out)
+            assert.truthy(srv:log():find("resumed", 1, true))
+            assert.falsy(srv:log():find("OpenSSL keeps the record layer", 1, true), srv:log())
+        end)
+
+        it("answers a record that fails authentication with bad_record_mac and closes", function()
+            local l = srv.tls_listens[1]
+            local script = [=[
+import os, socket, ssl, sys
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+s = ctx.wrap_socket(socket.create_connection((sys.argv[1], int(sys.argv[2]))))
+s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+first = s.recv(4096)
+raw = socket.socket(fileno=os.dup(s.fileno()))
+raw.sendall(b"\x17\x03\x03\x00\x20" + os.urandom(32))  # an application_data record, forged
+try:
+    more = s.recv(4096)
+    print("recv", more)
+except ssl.SSLError as e:
+    print("alert", e.reason)
+print("first-ok" if b"hello over tls" in first else "first-bad")
+]=]
+            local f = os.tmpname()
+            server.write_file(f, script)
+            local out = run(string.format("timeout 10 /usr/bin/python3 %s %s %d", f, l.host, l.port))
+            os.remove(f)
+            assert.truthy(out:find("first-ok", 1, true), out)
+            assert.truthy(out:find("alert SSLV3_ALERT_BAD_RECORD_MAC", 1, true)
+                or out:find("alert BAD_RECORD_MAC", 1, true), out)
+            assert.truthy(srv:log():find("alert 20 sent", 1, true), srv:log())
+        end)
+    end)
+
     describe("--tls12", function()
         it("accepts TLS 1.2 (ECDHE with AEAD only) and still prefers TLS 1.3", function()
-            local srv = server.start { app = APP, tls = true, args = { "--tls12" } }
+            local srv = server.start { app = APP, tls = true, args = { "--tls12", "--log-level", "debug" } }
             local ok, err = pcall(function()
                 local out = s_client(srv, "-tls1_2 -alpn http/1.1")
                 assert.truthy(out:find("New, TLSv1.2, Cipher is ECDHE%-"), out)
@@ -277,6 +349,9 @@ describe("TLS", function()
                 assert.falsy(out:find("New, TLSv1.2", 1, true), out) -- no static RSA, no CBC
                 out = s_client(srv, "")
                 assert.truthy(out:find("New, TLSv1.3", 1, true), out)
+                -- TLS 1.2 keeps OpenSSL's record layer (ours is TLS 1.3 only)
+                assert.truthy(srv:log():find("OpenSSL keeps the record layer (not TLS 1.3)", 1, true),
+                    srv:log())
                 -- TLS 1.2 resumption through the same ticket keys
                 local dir = tmpdir()
                 s_client(srv, "-tls1_2 -sess_out " .. dir .. "/s.pem")

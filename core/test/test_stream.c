@@ -1,0 +1,156 @@
+/* test_stream.c: what kh_stream_send_head hands the sink, with a sink that records it.
+ * Checks the security fields added on TLS streams (HSTS, nosniff): added once, after the
+ * handler's fields, never when the handler set its own (any case), not at all when the limits
+ * are 0, and that a cleartext head reaches the sink as the very array the app passed (nothing
+ * copied or added: cleartext responses stay byte-identical). */
+#include <stdio.h>
+#include <string.h>
+
+#include "kh_stream.h"
+#include "kh_test.h"
+#include "kh_worker.h"
+
+/* ---- a sink that keeps a copy of the last head ---- */
+
+static struct {
+    const kh_header *ptr; /* the array the sink was given */
+    size_t n;
+    int64_t clen;
+    char names[32][64], values[32][64];
+} got;
+
+static int rec_head(kh_stream *s, int status, const kh_header *h, size_t n, int64_t clen)
+{
+    (void)s, (void)status;
+    got.ptr = h;
+    got.n = n;
+    got.clen = clen;
+    for (size_t i = 0; i < n && i < 32; i++) {
+        snprintf(got.names[i], sizeof got.names[i], "%.*s", (int)h[i].name.len, h[i].name.ptr);
+        snprintf(got.values[i], sizeof got.values[i], "%.*s", (int)h[i].value.len, h[i].value.ptr);
+    }
+    return 0;
+}
+
+static int rec_data(kh_stream *s, const char *p, size_t n, int fin)
+{
+    (void)s, (void)p, (void)n, (void)fin;
+    return 0;
+}
+
+static void rec_want_body(kh_stream *s)
+{
+    (void)s;
+}
+
+static void rec_reset(kh_stream *s, int err)
+{
+    (void)s, (void)err;
+}
+
+static const kh_sink_vt rec_sink = {"rec", rec_head, rec_data, rec_want_body, rec_reset};
+
+static kh_worker W;
+static kh_config cfg;
+static int proto_token; /* any non-NULL proto */
+
+static void setup(void)
+{
+    kh_limits_init(&cfg.limits);
+    cfg.access_log_fd = -1;
+    W.cfg = &cfg;
+    W.limits = &cfg.limits;
+    uv_loop_init(&W.loop);
+    kh_bufcache_init(&W.bufs, 64);
+}
+
+/* Sends a head of n fields on a fresh stream (TLS or not); the result is in `got`. */
+static void send_one(int tls, const kh_header *h, size_t n, int64_t clen)
+{
+    memset(&got, 0, sizeof got);
+    kh_stream *s = kh_stream_open(&W, &rec_sink, &proto_token);
+    if (tls)
+        s->flags |= KH_STREAM_F_TLS;
+    kh_is_int(kh_stream_send_head(s, 200, h, n, clen), 0, "send_head");
+    kh_stream_release(s);
+}
+
+/* Index of the field named exactly `name` in got, or -1; counts matches (any case) in *count. */
+static int find(const char *name, int *count)
+{
+    int at = -1;
+    *count = 0;
+    for (size_t i = 0; i < got.n; i++) {
+        if (strcasecmp(got.names[i], name) == 0) {
+            (*count)++;
+            if (at < 0)
+                at = (int)i;
+        }
+    }
+    return at;
+}
+
+int main(void)
+{
+    setup();
+    kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain")};
+    int count, at;
+
+    send_one(0, &ct, 1, 5);
+    kh_ok(got.ptr == &ct && got.n == 1, "cleartext: the sink gets the app's own array, as is");
+
+    send_one(1, &ct, 1, -1);
+    kh_is_int(got.n, 3, "TLS: two fields added");
+    kh_ok(strcmp(got.names[0], "Content-Type") == 0, "the handler's fields first");
+    at = find("Strict-Transport-Security", &count);
+    kh_is_int(count, 1, "one Strict-Transport-Security");
+    kh_ok(at >= 0 && strcmp(got.values[at], "max-age=31536000") == 0, "default max-age: %s",
+          at >= 0 ? got.values[at] : "-");
+    at = find("X-Content-Type-Options", &count);
+    kh_is_int(count, 1, "one X-Content-Type-Options");
+    kh_ok(at >= 0 && strcmp(got.values[at], "nosniff") == 0, "nosniff");
+    kh_is_int(got.clen, -1, "a streamed head keeps its unknown length");
+
+    send_one(1, NULL, 0, 0);
+    kh_is_int(got.n, 2, "TLS, no fields from the app: the two are still added");
+
+    kh_header own[2] = {{KH_STR_LIT("STRICT-transport-Security"), KH_STR_LIT("max-age=5")}, ct};
+    send_one(1, own, 2, 0);
+    kh_is_int(got.n, 3, "the handler's HSTS (any case): only nosniff added");
+    find("strict-transport-security", &count);
+    kh_is_int(count, 1, "HSTS not doubled");
+    kh_ok(strcmp(got.values[0], "max-age=5") == 0, "and its value kept");
+
+    kh_header both[2] = {{KH_STR_LIT("x-content-type-options"), KH_STR_LIT("nosniff")},
+                         {KH_STR_LIT("strict-transport-security"), KH_STR_LIT("max-age=0")}};
+    send_one(1, both, 2, 0);
+    kh_ok(got.ptr == both && got.n == 2, "both set by the handler: its array, as is");
+
+    /* more fields than the on-stack copy holds: the heap copy (ASan checks it is freed) */
+    kh_header many[20];
+    for (int i = 0; i < 20; i++)
+        many[i] = (kh_header){KH_STR_LIT("X-Many"), KH_STR_LIT("v")};
+    send_one(1, many, 20, 0);
+    kh_is_int(got.n, 22, "20 fields + 2");
+    kh_ok(strcmp(got.names[20], "Strict-Transport-Security") == 0 &&
+              strcmp(got.names[21], "X-Content-Type-Options") == 0,
+          "added after the handler's fields");
+
+    cfg.limits.hsts_max_age = 600;
+    send_one(1, &ct, 1, 0);
+    at = find("Strict-Transport-Security", &count);
+    kh_ok(at >= 0 && strcmp(got.values[at], "max-age=600") == 0, "hsts_max_age=600: %s",
+          at >= 0 ? got.values[at] : "-");
+
+    cfg.limits.hsts_max_age = 0;
+    send_one(1, &ct, 1, 0);
+    kh_is_int(got.n, 2, "hsts_max_age=0: no HSTS, nosniff still added");
+    find("Strict-Transport-Security", &count);
+    kh_is_int(count, 0, "no HSTS");
+
+    cfg.limits.tls_nosniff = 0;
+    send_one(1, &ct, 1, 0);
+    kh_ok(got.ptr == &ct && got.n == 1, "both off: TLS heads pass as is");
+
+    return kh_test_done();
+}

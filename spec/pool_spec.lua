@@ -199,3 +199,27 @@ describe("the loop stays free", function()
         assert.is_true(stats.probe.p99_ms < 20, "health p99 " .. stats.probe.p99_ms .. " ms")
     end)
 end)
+
+-- Start-up makes no pool thread (each builds a Lua state): the first k.blocking starts them.
+describe("k.blocking pool threads", function()
+    local function threads(pid)
+        local p = assert(io.popen("ls /proc/" .. pid .. "/task 2>/dev/null | wc -l"))
+        local n = tonumber(p:read("*a"))
+        p:close()
+        return n
+    end
+
+    it("start on the first k.blocking, not at start-up", function()
+        local srv = server.start { app = APP, workers = 1, tls = false, args = { "--pool-threads", "3" } }
+        local ok, err = pcall(function()
+            assert.are.equal("ok", srv:request { path = "/health" }.body)
+            server.sleep(0.3) -- the supervisor thread starts 50 ms after the worker serves
+            local before = threads(srv.pid)
+            assert.are.equal(2, before, "main (worker 0) and the supervisor") -- no pool thread
+            assert.are.equal("13 42", srv:request { path = "/add" }.body)
+            assert.are.equal(before + 3, threads(srv.pid))
+        end)
+        srv:stop()
+        assert(ok, err)
+    end)
+end)

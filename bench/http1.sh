@@ -217,7 +217,10 @@ main() {
   log "wrk:      $(wrk -v 2>&1 | head -1 | sed 's/ Copyright.*//')"
   log "nginx:    $(nginx -v 2>&1 | sed 's/^nginx version: //'), lua module $(pkgver libnginx-mod-http-lua), $(libpkg "$NGX_MODDIR/ngx_http_lua_module.so" luajit)"
   if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" khamsin; then
-    log "khamsin libs: $(libpkg "$KHAMSIN_BIN" luajit), $(libpkg "$KHAMSIN_BIN" libuv)"
+    # KH_STATIC_DEPS (the default) links LuaJIT and libuv into the binary: name the -dev package
+    local kl
+    kl=$(libpkg "$KHAMSIN_BIN" luajit); [[ $kl == *"not linked"* ]] && kl="luajit: static, $(pkgver libluajit2-5.1-dev)"
+    log "khamsin libs: $kl, $(l=$(libpkg "$KHAMSIN_BIN" libuv); [[ $l == *"not linked"* ]] && l="libuv: static, $(pkgver libuv1-dev)"; echo "$l")"
   fi
   log "python:   $($PY --version 2>&1)"
   log "pinning:  servers taskset -c $SERVER_CORE, wrk / clients / this script on core $WRK_CORE; all at nice $NICE (also the nice of this run's own session autogroup); RLIMIT_NOFILE $NOFILE; nginx worker_connections $NGX_WORKER_CONNS"

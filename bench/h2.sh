@@ -29,7 +29,8 @@ WARMUP=${WARMUP:-2}
 IDLE_CONNS=${IDLE_CONNS:-2000}
 PARTS=${PARTS:-"load idle"}
 BASE_PORT=${BASE_PORT:-25480}
-KHAMSIN_BIN=${KHAMSIN_BIN:-$ROOT/build-release/khamsin}
+KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
+KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
 SERVER_CORE=${SERVER_CORE:-1}
 CLIENT_CORE=${CLIENT_CORE:-0}
 if [[ $(id -u) == 0 ]]; then NICE=${NICE:--20}; else NICE=${NICE:-0}; fi
@@ -94,7 +95,8 @@ main() {
   trap cleanup EXIT # main runs in a pipeline's subshell: the traps must be set there
   trap 'exit 130' INT TERM HUP
   for tool in h2load nginx taskset; do command -v $tool >/dev/null || fail "missing tool: $tool"; done
-  [[ -x $KHAMSIN_BIN ]] || {
+  # the default binary is always brought up to date (a no-op when it is): no figure from a stale build
+  [[ -x $KHAMSIN_BIN && $KHAMSIN_BIN != "$KHAMSIN_BIN_DEFAULT" ]] || {
     echo "building khamsin (Release) into build-release/ ..."
     cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >"$TMP/build.log" 2>&1 &&
       cmake --build build-release -j2 >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log"; fail "build failed"; }

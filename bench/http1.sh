@@ -165,7 +165,8 @@ main() {
   fi
 
   # khamsin binary
-  if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" khamsin && [[ ! -x $KHAMSIN_BIN ]]; then
+  # the default binary is always brought up to date (a no-op when it is): no figure from a stale build
+  if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" khamsin && [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
     [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" ]] || fail "KHAMSIN_BIN=$KHAMSIN_BIN not found"
     log "building khamsin (Release) into build-release/ ..."
     cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >"$TMP/build.log" 2>&1 &&

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# bench/h2.sh - HTTP/2 cleartext (prior knowledge) benchmark: khamsin vs nginx+lua, both in ONE
-# run (never compare figures from different runs). Same approach as bench/http1.sh: servers
+# bench/h2.sh - HTTP/2 benchmark, cleartext (prior knowledge: khamsin, nginx-lua) and over TLS 1.3
+# (ALPN h2, same ECDSA P-256 certificate: khamsin-tls, nginx-lua-tls), all in ONE run (never
+# compare figures from different runs). Same approach as bench/http1.sh: servers
 # pinned to SERVER_CORE, the load generator (h2load) to CLIENT_CORE, a fresh server start per
 # measured window, rounds interleaved, server CPU from /proc/<pid>/stat over its process tree.
 #
 #   bench/h2.sh                                       # full run, ~3 min
 #   DURATION=3 WARMUP=1 ROUNDS=1 IDLE_CONNS=500 bench/h2.sh   # smoke run
 #
-# Env knobs (defaults): SERVERS="khamsin nginx-lua" CONNS=64 STREAMS=10 ROUNDS=3 DURATION=10
+# Env knobs (defaults): SERVERS="khamsin nginx-lua khamsin-tls nginx-lua-tls" CONNS=64 STREAMS=10 ROUNDS=3 DURATION=10
 #   WARMUP=2 IDLE_CONNS=2000 PARTS="load idle" BASE_PORT=25480 KHAMSIN_BIN=build-release/khamsin
 #   SERVER_CORE=1 CLIENT_CORE=0 NICE=-20 (if root, else 0)
 set -euo pipefail
@@ -20,7 +21,7 @@ LIB=bench/lib/benchlib.py
 . bench/lib/common.sh
 H2=bench/lib/h2bench.py
 
-SERVERS=${SERVERS:-"khamsin nginx-lua"}
+SERVERS=${SERVERS:-"khamsin nginx-lua khamsin-tls nginx-lua-tls"}
 CONNS=${CONNS:-64}
 STREAMS=${STREAMS:-10}
 ROUNDS=${ROUNDS:-3}
@@ -47,7 +48,9 @@ port_of() {
   case $1 in
     khamsin) echo $((BASE_PORT + 1)) ;;
     nginx-lua) echo $((BASE_PORT + 2)) ;;
-    *) fail "unknown server '$1' (known: khamsin nginx-lua)" ;;
+    khamsin-tls) echo $((BASE_PORT + 3)) ;;
+    nginx-lua-tls) echo $((BASE_PORT + 4)) ;;
+    *) fail "unknown server '$1' (known: khamsin nginx-lua khamsin-tls nginx-lua-tls)" ;;
   esac
 }
 
@@ -61,15 +64,26 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-gen_nginx_conf() { # dir port
-  nginx_conf "$1" bench/h2.sh 65536 20000 1 "    listen 127.0.0.1:$2 http2;
+gen_nginx_conf() { # dir port [tls]
+  if [[ ${3:-} == tls ]]; then
+    nginx_conf "$1" bench/h2.sh 65536 20000 1 "    listen 127.0.0.1:$2 ssl http2;
+    ssl_certificate $TMP/cert.pem;
+    ssl_certificate_key $TMP/key.pem;
+    ssl_protocols TLSv1.3;
     location / { $NGX_HELLO_LUA }"
+  else
+    nginx_conf "$1" bench/h2.sh 65536 20000 1 "    listen 127.0.0.1:$2 http2;
+    location / { $NGX_HELLO_LUA }"
+  fi
 }
+tls_of() { [[ $1 == *-tls ]] && echo --tls || true; }
 
 server_cmd() { # name port
   case $1 in
     khamsin) printf '%s\n' "$KHAMSIN_BIN" --workers 1 --listen "127.0.0.1:$2" --log-level warn bench/apps/hello.lua ;;
     nginx-lua) printf '%s\n' nginx -p "$TMP/nginx-lua/" -c "$TMP/nginx-lua/nginx.conf" -e "$TMP/nginx-lua/error.log" ;;
+    khamsin-tls) printf '%s\n' "$KHAMSIN_BIN" --workers 1 --listen "tls://127.0.0.1:$2" --tls-cert "$TMP/cert.pem" --tls-key "$TMP/key.pem" --log-level warn bench/apps/hello.lua ;;
+    nginx-lua-tls) printf '%s\n' nginx -p "$TMP/nginx-lua-tls/" -c "$TMP/nginx-lua-tls/nginx.conf" -e "$TMP/nginx-lua-tls/error.log" ;;
   esac
 }
 
@@ -80,8 +94,8 @@ start_server() { # name port
   taskset -c "$SERVER_CORE" "${cmd[@]}" >>"$TMP/$1.out" 2>>"$TMP/$1.err" &
   SPID=$!
   LIVE+=("$SPID")
-  $PY $H2 waitready "$2" "$SPID" 15 || { tail -n 20 "$TMP/$1.err" >&2; fail "$1 did not start"; }
-  $PY $H2 check "$2"
+  $PY $H2 waitready "$2" "$SPID" 15 $(tls_of "$1") || { tail -n 20 "$TMP/$1.err" >&2; fail "$1 did not start"; }
+  $PY $H2 check "$2" $(tls_of "$1")
 }
 
 stop_server() {
@@ -107,9 +121,12 @@ main() {
   local s ports=()
   for s in $SERVERS; do ports+=("$(port_of "$s")"); done
   $PY $LIB portfree "${ports[@]}" || fail "a port is busy (set BASE_PORT)"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TMP/key.pem" \
+    -out "$TMP/cert.pem" -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
   gen_nginx_conf "$TMP/nginx-lua" "$(port_of nginx-lua)"
+  gen_nginx_conf "$TMP/nginx-lua-tls" "$(port_of nginx-lua-tls)" tls
 
-  echo "# khamsin bench: HTTP/2 cleartext (prior knowledge) GET /, 13-byte body"
+  echo "# khamsin bench: HTTP/2 GET /, 13-byte body: h2c (prior knowledge) and h2 over TLS 1.3 (ALPN)"
   echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "command:  SERVERS=\"$SERVERS\" CONNS=$CONNS STREAMS=$STREAMS ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS PARTS=\"$PARTS\" $CMDLINE"
   echo "git:      $(git rev-parse --short HEAD) ($(git status --porcelain -- core lua CMakeLists.txt | wc -l) uncommitted change(s) under core/ lua/ CMakeLists.txt)"
@@ -130,7 +147,7 @@ main() {
         start_server "$s" "$port"
         $PY $H2 window --name "$s" --port "$port" --root "$SPID" --conns "$CONNS" --streams "$STREAMS" \
           --duration "$DURATION" --warmup "$WARMUP" --client-core "$CLIENT_CORE" --round "$r" \
-          --jsonl "$TMP/load.jsonl" --rawlog "$TMP/raw.txt"
+          --jsonl "$TMP/load.jsonl" --rawlog "$TMP/raw.txt" $(tls_of "$s")
         stop_server "$SPID"
       done
     done
@@ -140,13 +157,13 @@ main() {
   fi
 
   if [[ " $PARTS " == *" idle "* ]]; then
-    echo "## Memory per idle h2c connection: $IDLE_CONNS connections, preface + SETTINGS + one GET each (response read), then idle 1 s"
+    echo "## Memory per idle h2 connection: $IDLE_CONNS connections, (TLS handshake +) preface + SETTINGS + one GET each (response read), then idle 1 s"
     echo "   PSS = sum of Pss in /proc/<pid>/smaps_rollup over the server's processes, before and after (kernel socket buffers not counted)"
     for s in $SERVERS; do
       port=$(port_of "$s")
       start_server "$s" "$port"
-      taskset -c "$CLIENT_CORE" h2load -c 16 -m 10 -n 20000 "http://127.0.0.1:$port/" >/dev/null
-      $PY $H2 idle --name "$s" --port "$port" --root "$SPID" --n "$IDLE_CONNS" --jsonl "$TMP/idle.jsonl"
+      taskset -c "$CLIENT_CORE" h2load -c 16 -m 10 -n 20000 "$([[ $s == *-tls ]] && echo https || echo http)://127.0.0.1:$port/" >/dev/null
+      $PY $H2 idle --name "$s" --port "$port" --root "$SPID" --n "$IDLE_CONNS" --jsonl "$TMP/idle.jsonl" $(tls_of "$s")
       stop_server "$SPID"
     done
     echo

@@ -19,6 +19,7 @@
 #
 # Env knobs (defaults): SERVERS="khamsin nginx-lua" CONNS=256 ROUNDS=3 DURATION=10 WARMUP=2
 #   HS_SECONDS=10 HS_CLIENTS=4 IDLE_CONNS=5000 PARTS="load hs idle" BASE_PORT=24080
+#   (SERVERS may add khamsin-ossl: khamsin with --tls-own-records 0, OpenSSL's record layer)
 #   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 KEEP_TMP=0 QUIET_WAIT=20
 #   QUIET_BUDGET=120 (s to wait for a quiet box before a window / per run)
 set -euo pipefail
@@ -70,7 +71,7 @@ cleanup() {
 trap cleanup EXIT
 
 port_of() { case $1 in khamsin) echo $((BASE_PORT + 1)) ;; khamsin-tcp) echo $((BASE_PORT + 2)) ;;
-  nginx-lua) echo $((BASE_PORT + 3)) ;; *) fail "unknown server $1" ;; esac; }
+  nginx-lua) echo $((BASE_PORT + 3)) ;; khamsin-ossl) echo $((BASE_PORT + 4)) ;; *) fail "unknown server $1" ;; esac; }
 
 gen_nginx_conf() { # dir port
   nginx_conf "$1" bench/tls.sh 20000 19000 1 "    listen 127.0.0.1:$2 ssl;
@@ -84,6 +85,8 @@ gen_nginx_conf() { # dir port
 server_cmd() { # name port
   case $1 in
     khamsin) echo "$KHAMSIN_BIN --workers 1 --listen tls://127.0.0.1:$2 --tls-cert $TMP/cert.pem --tls-key $TMP/key.pem --log-level warn examples/hello.lua" ;;
+    # khamsin-ossl: OpenSSL keeps the record layer after the handshake (what kh_tls13 replaces)
+    khamsin-ossl) echo "$KHAMSIN_BIN --workers 1 --listen tls://127.0.0.1:$2 --tls-cert $TMP/cert.pem --tls-key $TMP/key.pem --tls-own-records 0 --log-level warn examples/hello.lua" ;;
     khamsin-tcp) echo "$KHAMSIN_BIN --workers 1 --listen tcp://127.0.0.1:$2 --log-level warn examples/hello.lua" ;;
     nginx-lua) echo "nginx -p $TMP/nginx-lua/ -c $TMP/nginx-lua/nginx.conf -e $TMP/nginx-lua/error.log" ;;
   esac
@@ -196,6 +199,9 @@ if has "$PARTS" load; then
   if has "$SERVERS" khamsin && has "$SERVERS" nginx-lua; then
     log "  khamsin / nginx-lua: $(awk '$1=="khamsin"{a=$2;b=$3} $1=="nginx-lua"{c=$2;d=$3} END{printf "req/s x%.2f, req/CPU-s x%.2f", a/c, b/d}' "$TMP/load-med.txt")"
   fi
+  if has "$SERVERS" khamsin && has "$SERVERS" khamsin-ossl; then
+    log "  khamsin / khamsin-ossl: $(awk '$1=="khamsin"{a=$2;b=$3} $1=="khamsin-ossl"{c=$2;d=$3} END{printf "req/s x%.2f, req/CPU-s x%.2f", a/c, b/d}' "$TMP/load-med.txt")"
+  fi
   log ""
 fi
 
@@ -226,6 +232,9 @@ if has "$PARTS" hs; then
     done
     if has "$SERVERS" khamsin && has "$SERVERS" nginx-lua; then
       log "  khamsin / nginx-lua (-$mode): $(awk -v m="$mode" '$2==m && $1=="khamsin"{a=$3;b=$4} $2==m && $1=="nginx-lua"{c=$3;d=$4} END{printf "per s x%.2f, per CPU-s x%.2f", a/c, b/d}' "$TMP/hs.txt")"
+    fi
+    if has "$SERVERS" khamsin && has "$SERVERS" khamsin-ossl; then
+      log "  khamsin / khamsin-ossl (-$mode): $(awk -v m="$mode" '$2==m && $1=="khamsin"{a=$3;b=$4} $2==m && $1=="khamsin-ossl"{c=$3;d=$4} END{printf "per s x%.2f, per CPU-s x%.2f", a/c, b/d}' "$TMP/hs.txt")"
     fi
   done
   log ""

@@ -37,6 +37,7 @@
     X(stall_report_ms, 1000, 100, 3600000, "report a worker loop stalled this long")              \
     X(tls_handshake_timeout_ms, 10000, 50, 3600000, "time for a TLS handshake to complete")       \
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again") \
+    X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
     X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")
 

@@ -415,8 +415,8 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
     uv_mutex_init(&t->ticket_mu);
     ticket_key_new(&t->keys[0], mono_s());
     t->alpn_len = kh_conn_alpn_wire(t->alpn, sizeof t->alpn);
-    t->algs = kh_tls13_algs_new();
-    if (t->algs == NULL)
+    t->algs = o->own_records ? kh_tls13_algs_new() : NULL;
+    if (o->own_records && t->algs == NULL)
         KH_LOG_WARN("tls: an AEAD or hash is missing from OpenSSL: its record layer stays in use "
                     "(about 8 KB more per connection)");
     t->ctxs = kh_xcalloc((size_t)n, sizeof(SSL_CTX *));
@@ -538,7 +538,7 @@ static void hand_off(kh_tls *s, size_t sent_before)
     const char *why = NULL;
     uint64_t records = 0;
     if (t->algs == NULL)
-        why = "no algorithms";
+        why = "tls_own_records is 0, or OpenSSL lacks an algorithm";
     else if (SSL_version(s->ssl) != TLS1_3_VERSION)
         why = "not TLS 1.3";
     else if (hs == NULL || hs->have != 3)

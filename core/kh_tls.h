@@ -30,6 +30,7 @@ typedef struct kh_tls_opts {
     int self_signed;        /* no files: generate a P-256 certificate for localhost in memory */
     int tls12;              /* also accept TLS 1.2 (default: TLS 1.3 only) */
     uint64_t ticket_rotate_s; /* a ticket key encrypts for this long, then decrypts for as long */
+    int own_records;        /* hand TLS 1.3 connections to kh_tls13 after the handshake */
     const char *alpn_wire;  /* ALPN protocols we accept, in preference order (RFC 7301 wire format) */
     size_t alpn_wire_len;
 } kh_tls_opts;

@@ -421,6 +421,7 @@ int main(int argc, char **argv)
         tls_opts.keys = tls_keys;
         tls_opts.num_certs = ncert;
         tls_opts.ticket_rotate_s = cfg.limits.tls_ticket_rotate_s;
+        tls_opts.own_records = (int)cfg.limits.tls_own_records;
         cfg.tls = kh_tls_ctx_new(&tls_opts, err, sizeof err);
         if (cfg.tls == NULL) {
             fprintf(stderr, "khamsin: %s\n", err);

@@ -308,6 +308,20 @@ describe("TLS", function()
             assert.falsy(srv:log():find("OpenSSL keeps the record layer", 1, true), srv:log())
         end)
 
+        it("leaves the record layer to OpenSSL with --tls-own-records 0", function()
+            local srv0 = server.start { app = APP, tls = true,
+                                        args = { "--tls-own-records", "0", "--log-level", "debug" } }
+            local ok, err = pcall(function()
+                local out, rc = curl(srv0, "--http1.1")
+                assert.are.equal(0, rc, out)
+                assert.truthy(out:find("hello over tls", 1, true), out)
+                assert.truthy(srv0:log():find("OpenSSL keeps the record layer (tls_own_records is 0", 1, true),
+                    srv0:log())
+            end)
+            srv0:stop()
+            assert(ok, err)
+        end)
+
         it("answers a record that fails authentication with bad_record_mac and closes", function()
             local l = srv.tls_listens[1]
             local script = [=[

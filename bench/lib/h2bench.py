@@ -16,6 +16,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import statistics
 import struct
 import subprocess
@@ -65,8 +66,22 @@ def read_until_end_stream(sock, deadline):
     return ok, body
 
 
+def connect(port, tls, timeout):
+    """A connection speaking h2: prior knowledge on cleartext, ALPN h2 over TLS (any certificate)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["h2"])
+        s = ctx.wrap_socket(s)
+        if s.selected_alpn_protocol() != "h2":
+            benchlib.die(f"port {port}: TLS without ALPN h2")
+    return s
+
+
 def cmd_check(a):
-    s = socket.create_connection(("127.0.0.1", a.port), timeout=3)
+    s = connect(a.port, a.tls, 3)
     s.sendall(REQUEST)
     ok, body = read_until_end_stream(s, time.time() + 3)
     s.close()
@@ -81,7 +96,7 @@ def cmd_waitready(a):
         if not os.path.exists(f"/proc/{a.pid}"):
             benchlib.die(f"server pid {a.pid} exited before it was ready")
         try:
-            s = socket.create_connection(("127.0.0.1", a.port), timeout=1)
+            s = connect(a.port, a.tls, 1)
             s.sendall(REQUEST)
             ok, body = read_until_end_stream(s, time.time() + 1)
             s.close()
@@ -94,9 +109,9 @@ def cmd_waitready(a):
     benchlib.die(f"server on port {a.port} not ready (h2c) after {a.timeout}s (last: {last})")
 
 
-def h2load(port, conns, streams, secs, core, warm=None):
+def h2load(port, conns, streams, secs, core, tls, warm=None):
     cmd = ["taskset", "-c", str(core), "h2load", "-c", str(conns), "-m", str(streams), "-t", "1",
-           "-D", str(secs), f"http://127.0.0.1:{port}/"]
+           "-D", str(secs), f"{'https' if tls else 'http'}://127.0.0.1:{port}/"]
     if warm:
         cmd[-1:-1] = ["--warm-up-time", str(warm)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60).stdout
@@ -111,9 +126,9 @@ def h2load(port, conns, streams, secs, core, warm=None):
 
 
 def cmd_window(a):
-    h2load(a.port, a.conns, a.streams, a.warmup, a.client_core)
+    h2load(a.port, a.conns, a.streams, a.warmup, a.client_core, a.tls)
     before = benchlib.cpu_snapshot(a.root)
-    r, out = h2load(a.port, a.conns, a.streams, a.duration, a.client_core)
+    r, out = h2load(a.port, a.conns, a.streams, a.duration, a.client_core, a.tls)
     after = benchlib.cpu_snapshot(a.root)
     cpu, lost = benchlib.cpu_delta_seconds(before, after)
     r.update({"server": a.name, "conns": a.conns, "streams": a.streams, "round": a.round,
@@ -124,7 +139,7 @@ def cmd_window(a):
     with open(a.rawlog, "a") as f:
         f.write(f"### {a.name} c={a.conns} m={a.streams} round {a.round}\n{out}\n")
     bad = r["failed"] or r["errored"]
-    print(f"  round {a.round} {a.name:10s} c={a.conns} m={a.streams}: {r['rps']:10.0f} req/s  "
+    print(f"  round {a.round} {a.name:13s} c={a.conns} m={a.streams}: {r['rps']:10.0f} req/s  "
           f"server CPU {cpu:6.2f} s  {r['req_per_cpu_s'] or 0:10.0f} req/CPU-s"
           f"{'  FAILED ' + str(r['failed']) + ' errored ' + str(r['errored']) if bad else ''}")
     if bad:
@@ -150,10 +165,11 @@ def cmd_report(a):
             med[(s, k)] = (rps, eff)
             print(f"  {s:12s} {str(k[0]) + 'x' + str(k[1]):>8s} {rps:16.0f} {eff:20.0f}  {len(sel)}")
     for k in keys:
-        if ("khamsin", k) in med and ("nginx-lua", k) in med:
-            kr, ke = med[("khamsin", k)]
-            nr, ne = med[("nginx-lua", k)]
-            print(f"  ratio khamsin / nginx-lua at {k[0]}x{k[1]}: req/s {kr / nr:.2f}, req/CPU-s {ke / ne:.2f}")
+        for ours, theirs in (("khamsin", "nginx-lua"), ("khamsin-tls", "nginx-lua-tls")):
+            if (ours, k) in med and (theirs, k) in med:
+                kr, ke = med[(ours, k)]
+                nr, ne = med[(theirs, k)]
+                print(f"  ratio {ours} / {theirs} at {k[0]}x{k[1]}: req/s {kr / nr:.2f}, req/CPU-s {ke / ne:.2f}")
 
 
 def cmd_idle(a):
@@ -162,7 +178,7 @@ def cmd_idle(a):
     base, _ = benchlib.pss_kib(a.root)
     socks = []
     for i in range(a.n):
-        s = socket.create_connection(("127.0.0.1", a.port), timeout=5)
+        s = connect(a.port, a.tls, 5)
         s.sendall(REQUEST)
         ok, body = read_until_end_stream(s, time.time() + 5)
         if not ok:
@@ -176,12 +192,12 @@ def cmd_idle(a):
         try:
             if s.recv(1) == b"":
                 closed += 1
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError):
             pass
         except OSError:
             closed += 1
     per = (after - base) * 1024 / a.n
-    print(f"  {a.name:10s} {a.n} idle h2c connections: PSS {base} KiB -> {after} KiB, "
+    print(f"  {a.name:13s} {a.n} idle {'h2 (TLS)' if a.tls else 'h2c'} connections: PSS {base} KiB -> {after} KiB, "
           f"{per:.0f} bytes per connection ({closed} closed by the server meanwhile)")
     with open(a.jsonl, "a") as f:
         f.write(json.dumps({"server": a.name, "n": a.n, "pss_before_kib": base, "pss_after_kib": after,
@@ -194,19 +210,23 @@ def main():
     p = argparse.ArgumentParser()
     sp = p.add_subparsers(dest="cmd", required=True)
     c = sp.add_parser("check"); c.add_argument("port", type=int); c.set_defaults(f=cmd_check)
+    c.add_argument("--tls", action="store_true")
     c = sp.add_parser("waitready"); c.add_argument("port", type=int); c.add_argument("pid", type=int)
     c.add_argument("timeout", type=float); c.set_defaults(f=cmd_waitready)
+    c.add_argument("--tls", action="store_true")
     w = sp.add_parser("window")
     for k in ("name", "jsonl", "rawlog"):
         w.add_argument("--" + k, required=True)
     for k in ("port", "root", "conns", "streams", "duration", "warmup", "client_core", "round"):
         w.add_argument("--" + k.replace("_", "-"), dest=k, type=int, required=True)
+    w.add_argument("--tls", action="store_true")
     w.set_defaults(f=cmd_window)
     r = sp.add_parser("report"); r.add_argument("jsonl"); r.set_defaults(f=cmd_report)
     i = sp.add_parser("idle")
     i.add_argument("--name", required=True); i.add_argument("--jsonl", required=True)
     for k in ("port", "root", "n"):
         i.add_argument("--" + k, type=int, required=True)
+    i.add_argument("--tls", action="store_true")
     i.set_defaults(f=cmd_idle)
     a = p.parse_args()
     a.f(a)

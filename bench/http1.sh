@@ -228,6 +228,24 @@ main() {
   log "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg) (at start); before each window waits up to ${QUIET_WAIT}s (${QUIET_BUDGET}s per run) for other tasks <= 5% per core; a window where server or wrk waited >5% of it for a CPU (run delay, /proc/*/schedstat) is redone up to $NOISY_RETRIES time(s) ($NOISY_RETRY_BUDGET per run), then kept and flagged NOISY"
   log ""
 
+  # ---- 0. start-up, first: after the idle part's 10,000 connections (TIME_WAIT sockets, memory
+  # reclaim) every exec on this VM is slower for a while (/bin/true 2.2 -> 3.1 ms, measured), which
+  # would charge the host's recovery to the server under test
+  if has "$PARTS" startup && [[ -n ${STARTUP_SERVERS// /} ]]; then
+    log "## Start-up: exec of the server (pinned to core $SERVER_CORE) -> first 200 'Hello, World!', polled every 0.2 ms from core $WRK_CORE; $STARTUP_RUNS runs"
+    log "   floor: exec -> exit of /bin/true, spawned and polled the same way (what any exec costs on this machine)"
+    $PY $LIB startup-floor --name "floor" --runs "$STARTUP_RUNS" --server-core "$SERVER_CORE" \
+      --client-core "$WRK_CORE" --json "$TMP/startup.jsonl" -- /bin/true
+    for s in $STARTUP_SERVERS; do
+      port=$(port_of "$s")
+      local cmd
+      mapfile -t cmd < <(server_cmd "$s" "$port")
+      $PY $LIB startup --name "$s" --port "$port" --runs "$STARTUP_RUNS" --server-core "$SERVER_CORE" \
+        --client-core "$WRK_CORE" --log "$TMP/startup-$s.log" --json "$TMP/startup.jsonl" -- "${cmd[@]}"
+    done
+    log ""
+  fi
+
   # ---- 1. load
   if has "$PARTS" load; then
     log "## Load: wrk -t1 keep-alive GET /, ${DURATION}s windows after ${WARMUP}s warm-up, fresh server start per window, order per round: $(echo $SERVERS)"
@@ -288,22 +306,6 @@ main() {
       sleep 0.5
       $PY $LIB idle --name "$s" --port "$port" --root "$SPID" --n "$IDLE_CONNS" --client-core "$WRK_CORE" --json "$TMP/idle.jsonl"
       stop_server "$SPID"
-    done
-    log ""
-  fi
-
-  # ---- 3. start-up
-  if has "$PARTS" startup && [[ -n ${STARTUP_SERVERS// /} ]]; then
-    log "## Start-up: exec of the server (pinned to core $SERVER_CORE) -> first 200 'Hello, World!', polled every 0.2 ms from core $WRK_CORE; $STARTUP_RUNS runs"
-    log "   floor: exec -> exit of /bin/true, spawned and polled the same way (what any exec costs on this machine)"
-    $PY $LIB startup-floor --name "floor" --runs "$STARTUP_RUNS" --server-core "$SERVER_CORE" \
-      --client-core "$WRK_CORE" --json "$TMP/startup.jsonl" -- /bin/true
-    for s in $STARTUP_SERVERS; do
-      port=$(port_of "$s")
-      local cmd
-      mapfile -t cmd < <(server_cmd "$s" "$port")
-      $PY $LIB startup --name "$s" --port "$port" --runs "$STARTUP_RUNS" --server-core "$SERVER_CORE" \
-        --client-core "$WRK_CORE" --log "$TMP/startup-$s.log" --json "$TMP/startup.jsonl" -- "${cmd[@]}"
     done
     log ""
   fi

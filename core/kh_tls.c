@@ -691,8 +691,10 @@ kh_buf *kh_tls_write(kh_tls *s, kh_buf *plain)
             }
         }
     }
-    if (plain->len && (s->established || s->failed))
-        kh_buf_release(plain, bufs); /* after a failure or close_notify: dropped */
+    /* Encrypted, or dropped after a failure or close_notify; an empty buffer that still holds
+     * a block goes back too (h2's flush can leave one), or an idle connection would keep 16 KB. */
+    if (plain->base && (s->established || s->failed))
+        kh_buf_release(plain, bufs);
     return &s->cipher;
 }
 

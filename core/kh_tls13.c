@@ -18,6 +18,9 @@
 #define TYPE_HANDSHAKE 22
 #define TYPE_APPDATA 23
 #define HS_KEY_UPDATE 24
+/* KeyUpdates in a row with no application data between them before we call it a flood (each
+ * costs us a key derivation, and an answer when requested); OpenSSL's limit too. */
+#define MAX_KEY_UPDATES 32
 /* AES-GCM may protect 2^24.5 full-size records under one key (§5.5); we update after 2^24. */
 #define REKEY_RECORDS (UINT64_C(1) << 24)
 
@@ -254,7 +257,7 @@ static int on_handshake(kh_tls13 *r, const uint8_t *m, size_t len, kh_buf *ciphe
         if (req > 1)
             return fatal(r, KH_TLS_ALERT_ILLEGAL_PARAMETER, cipher, bufs);
         /* A key change must end its record (§5.1: handshake messages MUST NOT span key changes). */
-        if (len != 5)
+        if (len != 5 || ++r->key_updates > MAX_KEY_UPDATES)
             return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
         if (dir_update(r, &r->rx, 0))
             return fatal(r, KH_TLS_ALERT_INTERNAL_ERROR, cipher, bufs);
@@ -298,6 +301,8 @@ static int open_record(kh_tls13 *r, const uint8_t *rec, size_t clen, kh_buf *pla
     switch (type) {
     case TYPE_APPDATA:
         plain->len += n;
+        if (n > 0)
+            r->key_updates = 0;
         return 0;
     case TYPE_ALERT:
         if (n != 2)

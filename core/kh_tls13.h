@@ -36,6 +36,7 @@ typedef struct kh_tls13 {
     kh_tls13_dir rx, tx;
     kh_buf partial;        /* a record cut by a read */
     uint64_t tx_rekey_at;  /* records under one write key before we send KeyUpdate (§5.5) */
+    uint32_t key_updates;  /* KeyUpdates received since the last application data */
     uint8_t alert;         /* the last alert sent or received, for the caller's log */
     uint8_t alert_sent;    /* 1: we sent it; 0: the peer did */
     uint8_t done;          /* close_notify or a fatal alert seen: input is ignored */

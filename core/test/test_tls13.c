@@ -232,6 +232,32 @@ static void test_suite(const char *suite)
     kh_is_int(p.cipher.len, 0, "%s: ... gets no answer", suite);
     p.plain.len = 0;
 
+    /* a KeyUpdate flood: 32 in a row pass, data resets the count, the 33rd in a row is refused */
+    {
+        kh_tls13 peer, me;
+        uint16_t id = SSL_CIPHER_get_protocol_id(SSL_get_current_cipher(p.client));
+        kh_tls13_init(&peer, algs, id, p.sec.s, p.sec.c, p.sec.len, 0);
+        kh_tls13_init(&me, algs, id, p.sec.c, p.sec.s, p.sec.len, 0);
+        kh_buf wire = {0}, plain = {0}, out = {0};
+        for (int i = 0; i < 32; i++)
+            kh_tls13_send_key_update(&peer, 0, &wire, &bufs);
+        kh_tls13_write(&peer, "x", 1, &wire, &bufs);
+        for (int i = 0; i < 32; i++)
+            kh_tls13_send_key_update(&peer, 0, &wire, &bufs);
+        kh_is_int(kh_tls13_read(&me, wire.base, wire.len, &plain, &out, &bufs), 0,
+                  "%s: 32 KeyUpdates, data, 32 more: accepted", suite);
+        wire.len = 0;
+        kh_tls13_send_key_update(&peer, 0, &wire, &bufs);
+        kh_is_int(kh_tls13_read(&me, wire.base, wire.len, &plain, &out, &bufs), KH_EPROTO,
+                  "%s: the 33rd KeyUpdate in a row is refused", suite);
+        kh_is_int(me.alert, KH_TLS_ALERT_UNEXPECTED_MESSAGE, "%s: ... with unexpected_message", suite);
+        kh_buf_release(&wire, &bufs);
+        kh_buf_release(&plain, &bufs);
+        kh_buf_release(&out, &bufs);
+        kh_tls13_free(&peer, &bufs);
+        kh_tls13_free(&me, &bufs);
+    }
+
     /* we rekey on our own after tx_rekey_at records (2^24 in production) */
     p.rec.tx_rekey_at = p.rec.tx.seq + 3;
     int ok = 1;

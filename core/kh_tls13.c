@@ -6,7 +6,6 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include "kh_err.h"
 
@@ -74,6 +73,31 @@ void kh_tls13_algs_free(kh_tls13_algs *a)
     free(a);
 }
 
+/* HMAC (RFC 2104) over the suite's pre-fetched hash. OpenSSL 3.0's one-shot HMAC() fetches the
+ * HMAC implementation and then the digest by name on every call, and each hand-off makes four. A
+ * traffic secret (32 or 48 bytes) is never longer than the hash's block (64 or 128). */
+static int hmac(const kh_tls13_suite *s, const uint8_t *key, const uint8_t *msg, size_t n,
+                uint8_t *out)
+{
+    uint8_t pad[128], inner[EVP_MAX_MD_SIZE];
+    size_t bs = (size_t)EVP_MD_get_block_size(s->md);
+    unsigned il = 0, ol = 0;
+    EVP_MD_CTX *x = EVP_MD_CTX_new();
+    int ok = x != NULL && bs <= sizeof pad && s->hash_len <= bs;
+    for (int round = 0; ok && round < 2; round++) {
+        memset(pad, round == 0 ? 0x36 : 0x5c, bs);
+        for (size_t i = 0; i < s->hash_len; i++)
+            pad[i] ^= key[i];
+        ok = EVP_DigestInit_ex(x, s->md, NULL) == 1 && EVP_DigestUpdate(x, pad, bs) == 1 &&
+             (round == 0 ? EVP_DigestUpdate(x, msg, n) : EVP_DigestUpdate(x, inner, il)) == 1 &&
+             EVP_DigestFinal_ex(x, round == 0 ? inner : out, round == 0 ? &il : &ol) == 1;
+    }
+    EVP_MD_CTX_free(x);
+    OPENSSL_cleanse(pad, sizeof pad);
+    OPENSSL_cleanse(inner, sizeof inner);
+    return ok && ol == s->hash_len ? 0 : -1;
+}
+
 /* HKDF-Expand-Label(secret, label, "", len) (RFC 8446 §7.1). Every length we ask for (key, iv,
  * next secret) is at most the hash length, so HKDF-Expand (RFC 5869 §2.3) is the single block
  * T(1) = HMAC(secret, HkdfLabel || 0x01). */
@@ -82,7 +106,6 @@ static int expand_label(const kh_tls13_suite *s, const uint8_t *secret, const ch
 {
     uint8_t info[2 + 1 + 6 + 16 + 1 + 1], md[EVP_MAX_MD_SIZE];
     size_t ll = strlen(label), n = 0;
-    unsigned mdlen = 0;
     info[n++] = (uint8_t)(len >> 8);
     info[n++] = (uint8_t)len;
     info[n++] = (uint8_t)(6 + ll);
@@ -92,7 +115,7 @@ static int expand_label(const kh_tls13_suite *s, const uint8_t *secret, const ch
     n += ll;
     info[n++] = 0; /* empty context */
     info[n++] = 1; /* the block counter */
-    if (HMAC(s->md, secret, s->hash_len, info, n, md, &mdlen) == NULL || mdlen < len)
+    if (hmac(s, secret, info, n, md) != 0 || len > s->hash_len)
         return -1;
     memcpy(out, md, len);
     OPENSSL_cleanse(md, sizeof md);

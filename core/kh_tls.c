@@ -597,12 +597,8 @@ int kh_tls_read(kh_tls *s, const char *p, size_t n)
     if (s->failed || s->closed)
         return 0; /* draining before the close: the bytes are dropped */
     if (s->ssl == NULL) {
-        r = rec_read(s, p, n);
-        if (c->in.len == 0)
-            kh_buf_release(&c->in, &c->w->bufs);
-        if (s->cipher.len)
-            kh_worker_schedule_flush(c->w, c); /* a KeyUpdate answer or an alert */
-        return r;
+        r = rec_read(s, p, n); /* may queue a KeyUpdate answer or an alert */
+        goto out;
     }
     s->in_p = p;
     s->in_n = n;
@@ -662,7 +658,7 @@ out:
     if (c->in.len == 0)
         kh_buf_release(&c->in, &c->w->bufs);
     if (s->cipher.len)
-        kh_worker_schedule_flush(c->w, c); /* handshake flight, tickets, alerts */
+        kh_worker_schedule_flush(c->w, c); /* handshake flight, tickets, KeyUpdate answers, alerts */
     return r;
 }
 
@@ -691,8 +687,8 @@ kh_buf *kh_tls_write(kh_tls *s, kh_buf *plain)
             }
         }
     }
-    /* Encrypted, or dropped after a failure or close_notify; an empty buffer that still holds
-     * a block goes back too (h2's flush can leave one), or an idle connection would keep 16 KB. */
+    /* Encrypted, or dropped after a failure or close_notify; an empty buffer that still holds a
+     * block goes back too, so that nothing is kept for an idle connection. */
     if (plain->base && (s->established || s->failed))
         kh_buf_release(plain, bufs);
     return &s->cipher;

@@ -266,29 +266,27 @@ static int fatal(kh_tls13 *r, uint8_t desc, kh_buf *cipher, kh_bufcache *bufs)
  * server's to send, and we never ask for post-handshake authentication (§4.6). */
 static int on_handshake(kh_tls13 *r, const uint8_t *m, size_t len, kh_buf *cipher, kh_bufcache *bufs)
 {
-    if (len == 0) /* zero-length handshake fragments are forbidden (§5.1) */
+    /* zero-length handshake fragments are forbidden (§5.1); a message cut short is one split
+     * across records, which we refuse (see the top of this file) */
+    if (len < 4)
         return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
-    while (len > 0) {
-        if (len < 4)
-            return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
-        size_t ml = (size_t)m[1] << 16 | (size_t)m[2] << 8 | m[3];
-        if (m[0] != HS_KEY_UPDATE || ml > len - 4)
-            return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
-        if (ml != 1)
-            return fatal(r, KH_TLS_ALERT_DECODE_ERROR, cipher, bufs);
-        uint8_t req = m[4];
-        if (req > 1)
-            return fatal(r, KH_TLS_ALERT_ILLEGAL_PARAMETER, cipher, bufs);
-        /* A key change must end its record (§5.1: handshake messages MUST NOT span key changes). */
-        if (len != 5 || ++r->key_updates > MAX_KEY_UPDATES)
-            return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
-        if (dir_update(r, &r->rx, 0))
-            return fatal(r, KH_TLS_ALERT_INTERNAL_ERROR, cipher, bufs);
-        /* update_requested: ours goes out before any further application data (§4.6.3). */
-        if (req == 1 && kh_tls13_send_key_update(r, 0, cipher, bufs))
-            return fatal(r, KH_TLS_ALERT_INTERNAL_ERROR, cipher, bufs);
-        len = 0;
-    }
+    size_t ml = (size_t)m[1] << 16 | (size_t)m[2] << 8 | m[3];
+    if (m[0] != HS_KEY_UPDATE || ml > len - 4)
+        return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
+    if (ml != 1)
+        return fatal(r, KH_TLS_ALERT_DECODE_ERROR, cipher, bufs);
+    uint8_t req = m[4];
+    if (req > 1)
+        return fatal(r, KH_TLS_ALERT_ILLEGAL_PARAMETER, cipher, bufs);
+    /* A key change must end its record (§5.1: handshake messages MUST NOT span key changes), so
+     * a KeyUpdate is the record's only message; and a run of them with no data is a flood. */
+    if (len != 5 || ++r->key_updates > MAX_KEY_UPDATES)
+        return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
+    if (dir_update(r, &r->rx, 0))
+        return fatal(r, KH_TLS_ALERT_INTERNAL_ERROR, cipher, bufs);
+    /* update_requested: ours goes out before any further application data (§4.6.3). */
+    if (req == 1 && kh_tls13_send_key_update(r, 0, cipher, bufs))
+        return fatal(r, KH_TLS_ALERT_INTERNAL_ERROR, cipher, bufs);
     return 0;
 }
 

@@ -19,7 +19,9 @@
     X(body_timeout_ms, 60000, 50, 3600000, "max gap between two reads of a request body")          \
     X(keepalive_timeout_ms, 60000, 0, 3600000, "idle keep-alive connection lifetime (0: no keep-alive)") \
     X(write_timeout_ms, 30000, 50, 3600000, "max time a response write may stall")                 \
+    X(h1_out_high_water, 262144, 16384, 67108864, "HTTP/1.1 bytes queued for the socket before the next pipelined request waits") \
     X(connections, 100000, 1, 10000000, "open connections per worker")                             \
+    X(accept_backoff_ms, 100, 1, 60000, "pause accepting this long when out of file descriptors (EMFILE/ENFILE)") \
     X(lua_coroutine_cache, 1024, 0, 1000000, "finished coroutines kept for reuse per worker")     \
     X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing") \
     X(h2_max_concurrent_streams, 100, 1, 100000, "HTTP/2 streams a peer may open at once (SETTINGS)") \
@@ -29,12 +31,16 @@
     X(h2_max_continuations, 8, 0, 1024, "HTTP/2 CONTINUATION frames after one HEADERS frame")   \
     X(h2_flood_frames, 1000, 10, 1000000, "HTTP/2 PING/SETTINGS/PRIORITY/empty DATA frames per second (then GOAWAY)") \
     X(h2_peer_resets, 200, 1, 1000000, "HTTP/2 RST_STREAM frames a peer may send per second (then GOAWAY)") \
+    X(h2c_upgrade, 0, 0, 1, "1: accept Upgrade: h2c (RFC 7540 3.2; removed by RFC 9113)")          \
     X(pool_threads, 0, 0, 1024, "k.blocking pool threads (0: one per core)")                      \
     X(pool_queue, 64, 1, 65536, "queued k.blocking jobs per pool thread (then 503)")              \
     X(pool_msg_bytes, 8388608, 64, 1073741824, "max bytes of copied k.blocking/publish values")   \
     X(slice_warn_ms, 20, 0, 600000, "log a Lua slice that runs longer (0: off)")                  \
     X(defer_timeout_ms, 60000, 1, 86400000, "default res:defer() timeout (then 504)")             \
     X(stall_report_ms, 1000, 100, 3600000, "report a worker loop stalled this long")              \
+    X(stall_shed_ms, 1000, 50, 3600000, "a worker stalled this long takes no new connections until it runs again") \
+    X(stall_exit_ms, 0, 0, 86400000, "end the process when a worker stays stalled this long (0: off)") \
+    X(handler_interrupt_ms, 0, 0, 86400000, "interrupt a Lua handler running this long without yielding: 500 (0: off)") \
     X(tls_handshake_timeout_ms, 10000, 50, 3600000, "time for a TLS handshake to complete")       \
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again") \
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \

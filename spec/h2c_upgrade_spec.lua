@@ -145,6 +145,7 @@ describe("Upgrade: h2c", function()
             local t = cjson.decode(r.body)
             assert.are.equal("1.1", t.version)
             assert.are.equal("h2c", t.upgrade)
+            assert.are.equal("string", type(t.settings)) -- curl's HTTP2-Settings, passed on as a field
         end)
 
         it("answers no 101 to python3-h2, and its HTTP/2 request for /admin gets nowhere", function()

@@ -1,4 +1,5 @@
-/* kh_h1_parse.c: strict RFC 9112 / RFC 9110 request-head parser and in-place chunked decoder.
+/* kh_h1_parse.c: strict RFC 9112 / RFC 9110 request-head parser, in-place chunked decoder (the
+ * sum of the chunk sizes bounded by body_bytes), and the HTTP2-Settings check of an h2c Upgrade.
  * Owns:  nothing but two const tables (byte classes, error statuses); no state between calls
  *        except what the caller keeps in a kh_h1_chunked.
  * In:    the bytes received so far for one request head (prev_len says how many were already seen

@@ -1,4 +1,5 @@
-/* kh_h1_parse.h: sans-io RFC 9112 request-head parser and in-place chunked decoder.
+/* kh_h1_parse.h: sans-io RFC 9112 request-head parser, in-place chunked decoder, and the
+ * HTTP2-Settings check of an h2c Upgrade (RFC 7540 §3.2.1).
  * Owns:  nothing. The caller owns the input buffer; every kh_str the parser fills points into it.
  * In:    bytes of a request head (possibly incomplete), limits.
  * Out:   slices for method, target, path, query, headers; framing facts (CL / chunked), flags.

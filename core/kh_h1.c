@@ -136,12 +136,21 @@ static ssize_t read_body(kh_conn *c, kh_stream *s, char *p, size_t n, int delive
     h1_stream *hs = HS(s);
     size_t used, out_len;
     if (hs->chunked_body) {
+        /* body_bytes bounds the sum of the chunk sizes, so a size line that passes it is
+         * answered 413 at once, as a Content-Length over it is (kh_stream_expect_body) */
         kh_h1_limits lim = {c->w->limits->header_bytes, c->w->limits->header_fields,
-                            c->w->limits->target_bytes};
+                            c->w->limits->target_bytes, s->body_limit};
         ssize_t r = kh_h1_chunked_decode(&hs->chunked, p, n, &out_len, &lim);
         if (r < 0) {
             KH_LOG_DEBUG("c%u bad chunked body: %s", c->id, kh_h1_error_reason((int)r));
-            HS(s)->keepalive = 0;
+            hs->keepalive = 0; /* the framing is lost: close after the reply */
+            if (!deliver) {
+                /* discarding after a complete response: nothing more to say, just close */
+                finish_request(c);
+                return -1;
+            }
+            if (r == KH_H1_EBODYLEN && s->body_state == KH_BODY_READING)
+                s->body_state = KH_BODY_TOO_LARGE; /* req:body() says "too large", as for CL */
             kh_stream_on_body_error(s, kh_h1_error_status((int)r), kh_h1_error_reason((int)r));
             return -1;
         }
@@ -184,26 +193,44 @@ static int has_token(kh_str v, const char *token, size_t tlen)
     return 0;
 }
 
-/* An Upgrade to h2c we take (RFC 7540 §3.2): cleartext HTTP/1.1 (over TLS, h2 is ALPN's
- * business, RFC 9113 §3.2), exactly one HTTP2-Settings,
- * and no request body (a body would have to be read as HTTP/1.1 first; we keep HTTP/1.1 for
- * those, which the client must accept). Returns the HTTP2-Settings field, or NULL. */
-static const kh_h1_field *h2c_upgrade(kh_conn *c, const kh_h1_head *head, const kh_h1_field *f)
+/* Upgrade: h2c (RFC 7540 §3.2) is off unless the limit h2c_upgrade is 1: RFC 9113 removed it,
+ * and behind a proxy that passes Upgrade on (the common WebSocket lines `proxy_set_header
+ * Upgrade $http_upgrade; proxy_set_header Connection "upgrade";`) a 101 would turn the proxy's
+ * connection into an HTTP/2 tunnel past the proxy's own rules. Off, or when the request does not
+ * qualify, the Upgrade header is ignored and the request served as HTTP/1.1 (as nginx does).
+ * To qualify: cleartext HTTP/1.1 (over TLS, h2 is ALPN's business, RFC 9113 §3.2), not shutting
+ * down, no request body (it would have to be read as HTTP/1.1 first; the client must accept an
+ * HTTP/1.1 answer), Upgrade lists h2c and Connection lists both "upgrade" and "http2-settings"
+ * (§3.2.1: HTTP2-Settings is hop-by-hop, so a request that lost the token went through a hop that
+ * rewrote Connection, and was not sent to us). A request that qualifies must then carry exactly
+ * one valid HTTP2-Settings (kh_h1_h2_settings), else it is answered 400 and the connection
+ * closed: the client asked us, not a proxy, to switch, and a SETTINGS payload HTTP/2 would refuse
+ * is a malformed request, which this server never serves leniently; ignoring the upgrade would
+ * run the handler for a client that may follow with the h2 preface regardless.
+ * Returns 1 with *settings set (upgrade), 0 (serve HTTP/1.1) or KH_H1_EH2SETTINGS. */
+static int h2c_upgrade(kh_conn *c, const kh_h1_head *head, const kh_h1_field *f,
+                       const kh_h1_field **settings)
 {
-    if (!(head->flags & KH_H1_F_HAS_UPGRADE) || !(head->flags & KH_H1_F_CONN_UPGRADE) ||
-        head->minor_version < 1 || !has_token(head->upgrade, "h2c", 3) || c->w->stopping ||
-        c->tls || (H(c)->flags & H1_SHUTDOWN) || head->body_kind == KH_H1_BODY_CHUNKED ||
+    if (!c->w->limits->h2c_upgrade || !(head->flags & KH_H1_F_HAS_UPGRADE) ||
+        !(head->flags & KH_H1_F_CONN_UPGRADE) || head->minor_version < 1 ||
+        !has_token(head->upgrade, "h2c", 3) || c->w->stopping || c->tls ||
+        (H(c)->flags & H1_SHUTDOWN) || head->body_kind == KH_H1_BODY_CHUNKED ||
         (head->body_kind == KH_H1_BODY_LENGTH && head->content_length != 0))
-        return NULL;
-    const kh_h1_field *settings = NULL;
+        return 0;
+    int token = 0, count = 0;
     for (size_t i = 0; i < head->num_fields; i++) {
-        if (kh_str_ieq_lower(f[i].name, "http2-settings", 14)) {
-            if (settings)
-                return NULL;
-            settings = &f[i];
-        }
+        if (kh_str_ieq_lower(f[i].name, "connection", 10) &&
+            has_token(f[i].value, "http2-settings", 14))
+            token = 1;
+        else if (kh_str_ieq_lower(f[i].name, "http2-settings", 14) && count++ == 0)
+            *settings = &f[i];
     }
-    return settings;
+    if (!token)
+        return 0;
+    uint8_t raw[KH_H1_H2_SETTINGS_MAX * 6];
+    if (count != 1 || kh_h1_h2_settings((*settings)->value, raw) < 0)
+        return KH_H1_EH2SETTINGS;
+    return 1;
 }
 
 /* Connection-specific fields of an upgrade request do not belong to the h2 request. */
@@ -217,7 +244,15 @@ static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
 {
     h1_conn *h = H(c);
     h->flags |= H1_SEEN;
-    const kh_h1_field *h2c = h2c_upgrade(c, head, fields);
+    const kh_h1_field *h2c = NULL;
+    int up = h2c_upgrade(c, head, fields, &h2c);
+    if (up < 0) {
+        KH_LOG_DEBUG("c%u bad request: %s", c->id, kh_h1_error_reason(up));
+        reply_error(c, kh_h1_error_status(up), kh_h1_error_reason(up));
+        return -1;
+    }
+    if (up == 0)
+        h2c = NULL;
     kh_stream *s = kh_stream_open(c->w, &h1_sink, c);
     if (c->tls)
         s->flags |= KH_STREAM_F_TLS;
@@ -297,7 +332,7 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
             kh_h1_head head;
             memset(&head, 0, sizeof head);
             head.fields = fields;
-            kh_h1_limits lim = {l->header_bytes, l->header_fields, l->target_bytes};
+            kh_h1_limits lim = {l->header_bytes, l->header_fields, l->target_bytes, l->body_bytes};
             ssize_t r = kh_h1_parse_request(p + off, n - off, h->prev_len, &head, &lim);
             if (r == KH_EAGAIN) {
                 /* A first byte that cannot start a method or an empty line (a TLS ClientHello
@@ -327,7 +362,7 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
                 return off;
             }
             if (rc != 0)
-                return n; /* 413 is out and the connection closes */
+                return n; /* 413 or 400 is out and the connection closes */
             if (h->phase == PH_WAIT)
                 dispatch(c, h->s);
             break;

@@ -1,4 +1,5 @@
-/* kh_h1_parse.c: strict RFC 9112 / RFC 9110 request-head parser and in-place chunked decoder.
+/* kh_h1_parse.c: strict RFC 9112 / RFC 9110 request-head parser, in-place chunked decoder (the
+ * sum of the chunk sizes bounded by body_bytes), and the HTTP2-Settings check of an h2c Upgrade.
  * Owns:  nothing but two const tables (byte classes, error statuses); no state between calls
  *        except what the caller keeps in a kh_h1_chunked.
  * In:    the bytes received so far for one request head (prev_len says how many were already seen
@@ -882,6 +883,11 @@ ssize_t kh_h1_chunked_decode(kh_h1_chunked *d, char *buf, size_t len, size_t *ou
         case CS_SIZE_LF:
             if (c != '\n')
                 return KH_H1_ECHUNK;
+            /* a chunk that would take the body past body_bytes: refused now, before its data
+             * (which could be any size up to 2^64) is read */
+            if (d->remaining > lim->body_bytes - d->total)
+                return KH_H1_EBODYLEN;
+            d->total += d->remaining;
             st = d->remaining ? CS_DATA : CS_TR_START; /* size 0 is the last-chunk */
             break;
         case CS_DATA_CR:
@@ -958,6 +964,67 @@ ssize_t kh_h1_chunked_decode(kh_h1_chunked *d, char *buf, size_t len, size_t *ou
     return (ssize_t)r;
 }
 
+/* ---- HTTP2-Settings (RFC 7540 §3.2.1) ---- */
+
+static int b64url(uint8_t c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1; /* '+', '/' and '=' are base64, not base64url without padding */
+}
+
+ssize_t kh_h1_h2_settings(kh_str value, uint8_t *out)
+{
+    /* 6 bytes are 48 bits, 8 characters: a whole number of entries is a multiple of 8 */
+    if (value.len == 0 || value.len % 8 != 0 || value.len / 8 > KH_H1_H2_SETTINGS_MAX)
+        return KH_H1_EH2SETTINGS;
+    size_t n = 0;
+    for (size_t i = 0; i < value.len; i += 4) {
+        uint32_t acc = 0;
+        for (size_t j = 0; j < 4; j++) {
+            int v = b64url((uint8_t)value.ptr[i + j]);
+            if (v < 0)
+                return KH_H1_EH2SETTINGS;
+            acc = acc << 6 | (uint32_t)v;
+        }
+        out[n++] = (uint8_t)(acc >> 16);
+        out[n++] = (uint8_t)(acc >> 8);
+        out[n++] = (uint8_t)acc;
+    }
+    for (size_t i = 0; i < n; i += 6) {
+        uint32_t id = (uint32_t)out[i] << 8 | out[i + 1];
+        uint32_t v = (uint32_t)out[i + 2] << 24 | (uint32_t)out[i + 3] << 16 |
+                     (uint32_t)out[i + 4] << 8 | out[i + 5];
+        switch (id) {
+        case 0x2: /* ENABLE_PUSH */
+        case 0x8: /* ENABLE_CONNECT_PROTOCOL */
+        case 0x9: /* NO_RFC7540_PRIORITIES */
+            if (v > 1)
+                return KH_H1_EH2SETTINGS;
+            break;
+        case 0x4: /* INITIAL_WINDOW_SIZE */
+            if (v > 0x7fffffffu)
+                return KH_H1_EH2SETTINGS;
+            break;
+        case 0x5: /* MAX_FRAME_SIZE */
+            if (v < 16384 || v > 16777215)
+                return KH_H1_EH2SETTINGS;
+            break;
+        default:
+            break;
+        }
+    }
+    return (ssize_t)n;
+}
+
 /* ---- error table ---- */
 
 static const struct {
@@ -984,6 +1051,8 @@ static const struct {
     [17] = {431, "too many header fields"},
     [18] = {417, "unsupported expectation"},
     [19] = {400, "invalid chunked encoding"},
+    [20] = {413, "Request body too large"},
+    [21] = {400, "invalid HTTP2-Settings"},
 };
 
 static int errindex(int err)

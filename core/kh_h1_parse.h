@@ -1,4 +1,5 @@
-/* kh_h1_parse.h: sans-io RFC 9112 request-head parser and in-place chunked decoder.
+/* kh_h1_parse.h: sans-io RFC 9112 request-head parser, in-place chunked decoder, and the
+ * HTTP2-Settings check of an h2c Upgrade (RFC 7540 §3.2.1).
  * Owns:  nothing. The caller owns the input buffer; every kh_str the parser fills points into it.
  * In:    bytes of a request head (possibly incomplete), limits.
  * Out:   slices for method, target, path, query, headers; framing facts (CL / chunked), flags.
@@ -36,6 +37,8 @@ enum {
     KH_H1_EFIELDS = -5117,      /* 431: more than header_fields fields */
     KH_H1_EEXPECT = -5118,      /* 417: Expect with anything but 100-continue */
     KH_H1_ECHUNK = -5119,       /* 400: bad chunk size / chunk framing / trailer */
+    KH_H1_EBODYLEN = -5120,     /* 413: a chunk size that takes the body past body_bytes */
+    KH_H1_EH2SETTINGS = -5121,  /* 400: Upgrade: h2c with HTTP2-Settings missing, repeated or invalid */
 };
 
 /* Returns the HTTP status for a KH_H1_E* code (400 for anything unknown). */
@@ -47,6 +50,8 @@ typedef struct kh_h1_limits {
     size_t header_bytes;  /* whole head incl. request line and the final CRLF -> KH_H1_EHEADLEN */
     size_t header_fields; /* number of header lines -> KH_H1_EFIELDS */
     size_t target_bytes;  /* request-target length -> KH_H1_ETARGETLEN */
+    uint64_t body_bytes;  /* chunked decoder only: sum of the chunk sizes -> KH_H1_EBODYLEN
+                           * (0: no body at all; the head parser ignores it) */
 } kh_h1_limits;
 
 typedef struct kh_h1_field {
@@ -112,6 +117,7 @@ ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_
 /* In-place chunked body decoder (RFC 9112 §7.1). Zero-initialise before the first call. */
 typedef struct kh_h1_chunked {
     uint64_t remaining; /* bytes left in the current chunk's data */
+    uint64_t total;     /* sum of the chunk sizes so far (<= lim->body_bytes) */
     uint32_t state;     /* private */
     uint32_t hex_digits;
     size_t line_bytes;  /* bytes of the current size line / trailer section, to cap them */
@@ -123,9 +129,23 @@ typedef struct kh_h1_chunked {
 /* Decodes chunked data in buf[0..len) in place: the chunk payload bytes are moved to the front of
  * buf and their count stored in *out_len. Returns the number of input bytes consumed: len while the
  * body goes on, or fewer once d->done is set (the rest of buf belongs to the next request).
- * Returns KH_H1_ECHUNK on bad framing, KH_H1_EHEADLEN / KH_H1_EFIELDS when the trailer section
- * passes lim, or a trailer field error code. Trailer fields are checked and discarded. */
+ * Returns KH_H1_ECHUNK on bad framing, KH_H1_EBODYLEN as soon as a chunk-size line ends (its LF)
+ * whose size takes the sum of the sizes past lim->body_bytes (before any of that chunk's data is
+ * read), KH_H1_EHEADLEN / KH_H1_EFIELDS when the trailer section passes lim, or a trailer field
+ * error code. Trailer fields are checked and discarded. After an error *out_len is 0 and the
+ * decoder must not be called again (the connection closes: framing is lost). */
 ssize_t kh_h1_chunked_decode(kh_h1_chunked *d, char *buf, size_t len, size_t *out_len,
                              const kh_h1_limits *lim);
+
+/* HTTP2-Settings of an Upgrade: h2c request (RFC 7540 §3.2.1): token68 holding the base64url
+ * (RFC 4648 §5, no padding) of a SETTINGS payload. Valid when the value is 8k characters of the
+ * base64url alphabet (k >= 1), so it decodes with no bits left over into k 6-byte entries,
+ * k <= KH_H1_H2_SETTINGS_MAX, each with a value HTTP/2 allows (RFC 9113 §6.5.2, RFC 8441 §3,
+ * RFC 9218 §2.1: ENABLE_PUSH, ENABLE_CONNECT_PROTOCOL and NO_RFC7540_PRIORITIES 0 or 1,
+ * INITIAL_WINDOW_SIZE <= 2^31-1, MAX_FRAME_SIZE in [2^14, 2^24-1]; unknown ids are ignored, as
+ * §6.5.2 says). Writes the payload to out (at least KH_H1_H2_SETTINGS_MAX * 6 bytes) and returns
+ * its length, or KH_H1_EH2SETTINGS. */
+#define KH_H1_H2_SETTINGS_MAX 32 /* nghttp2's default cap on the entries of one SETTINGS frame */
+ssize_t kh_h1_h2_settings(kh_str value, uint8_t *out);
 
 #endif

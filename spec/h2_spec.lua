@@ -1,4 +1,5 @@
--- spec/h2_spec.lua: HTTP/2 (RFC 9113) over cleartext: prior knowledge, Upgrade: h2c, the same
+-- spec/h2_spec.lua: HTTP/2 (RFC 9113) over cleartext: prior knowledge, Upgrade: h2c (with
+-- --h2c-upgrade 1; the rest of h2c Upgrade is in spec/h2c_upgrade_spec.lua), the same
 -- handlers as HTTP/1.1, large bodies both ways, concurrency, GOAWAY on SIGTERM, peer resets.
 -- Clients: curl --http2-prior-knowledge / --http2, nghttp, h2load, python3-h2 (spec/h2/client.py).
 local server = require "spec.helpers.server"
@@ -148,8 +149,10 @@ describe("HTTP/2", function()
     end)
 
     describe("entry points", function()
-        it("upgrades HTTP/1.1 with Upgrade: h2c (curl --http2) and answers on stream 1", function()
-            local r = srv:request { proto = "h1", path = "/users/7?q=1", curl_args = { "--http2" } }
+        it("upgrades HTTP/1.1 with Upgrade: h2c (curl --http2) when h2c_upgrade = 1, on stream 1", function()
+            -- off by default (spec/h2c_upgrade_spec.lua)
+            local s2 = server.start { app = APP, args = { "--h2c-upgrade", "1" } }
+            local r = s2:request { proto = "h1", path = "/users/7?q=1", curl_args = { "--http2" } }
             assert.are.equal(200, r.status)
             assert.are.equal("2", r.version)
             local t = cjson.decode(r.body)
@@ -157,7 +160,8 @@ describe("HTTP/2", function()
             assert.are.equal("2.0", t.version)
             -- then the same connection carries more requests over h2
             local out, code = sh("curl -s --http2 -o /dev/null -o /dev/null -w '%{http_version} %{http_code}\\n' "
-                .. srv:url("/") .. " " .. srv:url("/users/1"))
+                .. s2:url("/") .. " " .. s2:url("/users/1"))
+            s2:stop()
             assert.are.equal(0, code)
             assert.are.equal("2 200\n2 200\n", out)
         end)

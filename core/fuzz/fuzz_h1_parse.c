@@ -1,8 +1,9 @@
-/* fuzz_h1_parse.c: libFuzzer target for kh_h1_parse_request and kh_h1_chunked_decode.
+/* fuzz_h1_parse.c: libFuzzer target for kh_h1_parse_request, kh_h1_chunked_decode and
+ * kh_h1_h2_settings.
  * Owns:  exact-size heap copies of the input (so ASan sees any read past len) and of the body.
- * In:    data[0] = mode: bits 0-1 pick the limits (tiny, small, default), bit 7 feeds the whole
- *        rest to the chunked decoder instead of the head parser; data[1] picks the split point;
- *        data[2..] is the wire input.
+ * In:    data[0] = mode: bits 0-1 pick the limits (tiny, small, default, no body limit), bit 7
+ *        feeds the whole rest to the chunked decoder instead of the head parser, bits 5-7 = 011
+ *        to kh_h1_h2_settings; data[1] picks the split point; data[2..] is the wire input.
  * Out:   a trap on any broken property:
  *        - the one-shot parse equals a parse fed in two pieces (prefix with prev_len 0, then the
  *          whole with prev_len = prefix length), heads included, slice for slice;
@@ -15,7 +16,9 @@
  *          two pieces: same result, same consumed count, same payload;
  *        - the chunked decoder never writes past the input nor reports more output than input,
  *          and agrees with a plain reference reader (ref_decode) on the verdict, the consumed
- *          count and the payload.
+ *          count and the payload, the sum of the chunk sizes included (body_bytes);
+ *        - kh_h1_h2_settings accepts only what base64url-encodes back to the same value, 6 bytes
+ *          per 8 characters.
  * Never: keeps state between inputs. */
 #include "kh_err.h"
 #include "kh_h1_parse.h"
@@ -32,17 +35,17 @@
     } while (0)
 
 static const kh_h1_limits limits[4] = {
-    {40, 2, 8},         /* tiny: every limit is easy to hit */
-    {256, 6, 48},       /* small */
-    {16384, 100, 8192}, /* the engine's defaults */
-    {16384, 100, 8192},
+    {40, 2, 8, 16},                 /* tiny: every limit is easy to hit */
+    {256, 6, 48, 300},              /* small */
+    {16384, 100, 8192, 8388608},    /* the engine's defaults */
+    {16384, 100, 8192, UINT64_MAX}, /* no body limit: chunk sizes up to 16 hex digits */
 };
 
 #define MAXF 100
 
 static int is_code(ssize_t r)
 {
-    return r == KH_EAGAIN || (r <= KH_H1_EBADREQ && r >= KH_H1_ECHUNK);
+    return r == KH_EAGAIN || (r <= KH_H1_EBADREQ && r >= KH_H1_EH2SETTINGS);
 }
 
 static int slice_inside(kh_str s, const char *buf, size_t n)
@@ -304,6 +307,7 @@ static int ref_decode(const uint8_t *p, size_t n, const kh_h1_limits *lim, uint8
                       size_t *olen, size_t *consumed)
 {
     ref r = {p, n, 0};
+    uint64_t total = 0;
     *olen = 0;
     for (;;) {
         size_t line0 = r.i;
@@ -331,6 +335,9 @@ static int ref_decode(const uint8_t *p, size_t n, const kh_h1_limits *lim, uint8
         if (c != '\n')
             return -1;
         r.i++;
+        if (size > lim->body_bytes - total)
+            return -1; /* the sizes may not add up past body_bytes, checked at each size line */
+        total += size;
         if (size == 0)
             break;
         if (size > r.n - r.i) {
@@ -413,6 +420,24 @@ static void fuzz_chunked(const char *body, size_t n, size_t seed, const kh_h1_li
     free(o2);
 }
 
+/* HTTP2-Settings: an accepted value is exactly the base64url of what came out. */
+static void fuzz_h2_settings(const char *v, size_t n)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    uint8_t out[KH_H1_H2_SETTINGS_MAX * 6];
+    ssize_t r = kh_h1_h2_settings((kh_str){v, n}, out);
+    if (r < 0) {
+        CHECK(r == KH_H1_EH2SETTINGS);
+        return;
+    }
+    CHECK(n % 8 == 0 && (size_t)r == n / 8 * 6 && r > 0);
+    for (size_t i = 0, j = 0; i < (size_t)r; i += 3, j += 4) {
+        uint32_t acc = (uint32_t)out[i] << 16 | (uint32_t)out[i + 1] << 8 | out[i + 2];
+        for (int k = 0; k < 4; k++)
+            CHECK(v[j + (size_t)k] == abc[(acc >> (18 - 6 * k)) & 63]);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -427,6 +452,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (data[0] & 0x80) {
         fuzz_chunked(buf, len, seed, lim);
+        free(buf);
+        return 0;
+    }
+    if ((data[0] & 0xe0) == 0x60) {
+        fuzz_h2_settings(buf, len);
         free(buf);
         return 0;
     }

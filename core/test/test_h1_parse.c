@@ -11,8 +11,11 @@
 
 #include <inttypes.h>
 
-static const kh_h1_limits lim_def = {16384, 100, 8192};
-static const kh_h1_limits lim_small = {128, 4, 32};
+static const kh_h1_limits lim_def = {16384, 100, 8192, UINT64_MAX};
+static const kh_h1_limits lim_small = {128, 4, 32, 1000};
+static const kh_h1_limits lim_body10 = {16384, 100, 8192, 10};
+static const kh_h1_limits lim_body0 = {16384, 100, 8192, 0};
+static const kh_h1_limits lim_body8m = {16384, 100, 8192, 8388608};
 
 #define OK 1 /* want: success, the head is the whole input minus .tail bytes */
 #define MAXF 128
@@ -816,6 +819,41 @@ static const ccase ccases[] = {
      .in = "0\r\na:1\r\nb:2\r\nc:3\r\nd:4\r\ne:5\r\n\r\n",
      .want = KH_H1_EFIELDS,
      .lim = &lim_small},
+    /* body_bytes bounds the sum of the chunk sizes: refused at the LF of the size line that
+     * passes it, before any of that chunk's data */
+    {.name = "sizes adding up to exactly body_bytes",
+     .in = "4\r\nabcd\r\n6\r\nefghij\r\n0\r\n\r\n",
+     .want = OK,
+     .payload = "abcdefghij",
+     .lim = &lim_body10},
+    {.name = "a second chunk that passes body_bytes, refused before its data",
+     .in = "4\r\nabcd\r\n7\r\n",
+     .want = KH_H1_EBODYLEN,
+     .lim = &lim_body10},
+    {.name = "a size line without its LF yet is not judged",
+     .in = "4\r\nabcd\r\n7\r",
+     .want = KH_EAGAIN,
+     .payload = "abcd",
+     .lim = &lim_body10},
+    {.name = "one size over 8 MiB, no data", .in = "800001\r\n", .want = KH_H1_EBODYLEN, .lim = &lim_body8m},
+    {.name = "one size of 8 MiB, no data yet", .in = "800000\r\n", .want = KH_EAGAIN, .payload = "",
+     .lim = &lim_body8m},
+    {.name = "extensions do not delay the verdict past the LF",
+     .in = "800001;a=b\r\n",
+     .want = KH_H1_EBODYLEN,
+     .lim = &lim_body8m},
+    {.name = "body_bytes 0: the last chunk alone", .in = "0\r\n\r\n", .want = OK, .payload = "",
+     .lim = &lim_body0},
+    {.name = "body_bytes 0: any data", .in = "1\r\nx\r\n0\r\n\r\n", .want = KH_H1_EBODYLEN,
+     .lim = &lim_body0},
+    {.name = "the largest size after a full budget does not wrap",
+     .in = "a\r\n0123456789\r\nffffffffffffffff\r\n",
+     .want = KH_H1_EBODYLEN,
+     .lim = &lim_body10},
+    {.name = "no body limit: the largest size is taken",
+     .in = "ffffffffffffffff\r\nab",
+     .want = KH_EAGAIN,
+     .payload = "ab"},
     {.name = "trailer section past header_bytes",
      .in =
          "0\r\nX: 01234567890123456789012345678901234567890123456789012345678901234567890123456789"
@@ -945,7 +983,8 @@ static void test_error_table(void)
         {KH_H1_EBARECR, 400},    {KH_H1_EBARELF, 400},     {KH_H1_EFRAMING, 400},
         {KH_H1_EBADCL, 400},     {KH_H1_ETE, 501},         {KH_H1_ENOHOST, 400},
         {KH_H1_ETARGETLEN, 414}, {KH_H1_EHEADLEN, 431},    {KH_H1_EFIELDS, 431},
-        {KH_H1_EEXPECT, 417},    {KH_H1_ECHUNK, 400},
+        {KH_H1_EEXPECT, 417},    {KH_H1_ECHUNK, 400},      {KH_H1_EBODYLEN, 413},
+        {KH_H1_EH2SETTINGS, 400},
     };
     kh_subtest("error table");
     int bad = 0;
@@ -958,8 +997,81 @@ static void test_error_table(void)
     }
     kh_ok(bad == 0, "every KH_H1_E* code has its status and a reason");
     kh_ok(kh_h1_error_status(KH_EAGAIN) == 400 && kh_h1_error_status(0) == 400 &&
-              kh_h1_error_status(-5120) == 400 && kh_h1_error_reason(12345) != NULL,
+              kh_h1_error_status(-5122) == 400 && kh_h1_error_reason(12345) != NULL,
           "unknown codes map to 400 with a reason");
+}
+
+/* base64url (no padding) of n SETTINGS entries {id, value}. */
+static void settings_b64(const uint32_t (*e)[2], size_t n, char *out)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    uint8_t raw[64 * 6];
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *p = raw + 6 * i;
+        p[0] = (uint8_t)(e[i][0] >> 8), p[1] = (uint8_t)e[i][0];
+        p[2] = (uint8_t)(e[i][1] >> 24), p[3] = (uint8_t)(e[i][1] >> 16);
+        p[4] = (uint8_t)(e[i][1] >> 8), p[5] = (uint8_t)e[i][1];
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < 6 * n; i += 3) {
+        uint32_t acc = (uint32_t)raw[i] << 16 | (uint32_t)raw[i + 1] << 8 | raw[i + 2];
+        for (int k = 0; k < 4; k++)
+            out[o++] = abc[(acc >> (18 - 6 * k)) & 63];
+    }
+    out[o] = '\0';
+}
+
+static ssize_t h2s(const char *v)
+{
+    uint8_t out[KH_H1_H2_SETTINGS_MAX * 6];
+    return kh_h1_h2_settings((kh_str){v, strlen(v)}, out);
+}
+
+static ssize_t h2s_one(uint32_t id, uint32_t value)
+{
+    char b[16];
+    const uint32_t e[1][2] = {{id, value}};
+    settings_b64(e, 1, b);
+    return h2s(b);
+}
+
+static void test_h2_settings(void)
+{
+    kh_subtest("HTTP2-Settings");
+    uint8_t out[KH_H1_H2_SETTINGS_MAX * 6];
+    /* curl's value: MAX_CONCURRENT_STREAMS 100, INITIAL_WINDOW_SIZE 2^30, ENABLE_PUSH 0 */
+    const char *curl = "AAMAAABkAARAAAAAAAIAAAAA";
+    ssize_t r = kh_h1_h2_settings((kh_str){curl, strlen(curl)}, out);
+    kh_ok(r == 18 && out[1] == 3 && out[5] == 100 && out[7] == 4 && out[8] == 0x40 && out[13] == 2,
+          "curl's HTTP2-Settings decodes to 3 entries");
+    kh_is_int(h2s(""), KH_H1_EH2SETTINGS, "empty: token68 has at least one character");
+    kh_is_int(h2s("AAMAAABkAARAAAAAAAIAAAA="), KH_H1_EH2SETTINGS, "padding is not base64url");
+    kh_is_int(h2s("AAMAAABkAARAAAAAAAIAAAA"), KH_H1_EH2SETTINGS, "23 characters: not whole entries");
+    kh_is_int(h2s("AAMAAABkAARAAAA"), KH_H1_EH2SETTINGS, "15 characters");
+    kh_is_int(h2s("AAMAAABk+ARAAAAA"), KH_H1_EH2SETTINGS, "'+' is base64, not base64url");
+    kh_is_int(h2s("AAMAAABk/ARAAAAA"), KH_H1_EH2SETTINGS, "'/' is base64, not base64url");
+    kh_is_int(h2s("AAMAAABk AARAAAA"), KH_H1_EH2SETTINGS, "a space inside");
+    kh_is_int(h2s("AAMAAABk-_-_-_-_"), 12, "'-' and '_' are base64url (unknown id 0xfbff ignored)");
+    uint32_t many[33][2];
+    for (size_t i = 0; i < 33; i++)
+        many[i][0] = 3, many[i][1] = (uint32_t)i;
+    char big[33 * 8 + 1];
+    settings_b64(many, 32, big);
+    kh_is_int(h2s(big), 32 * 6, "32 entries are taken");
+    settings_b64(many, 33, big);
+    kh_is_int(h2s(big), KH_H1_EH2SETTINGS, "33 entries are refused (nghttp2's cap)");
+    kh_is_int(h2s_one(2, 1), 6, "ENABLE_PUSH 1");
+    kh_is_int(h2s_one(2, 2), KH_H1_EH2SETTINGS, "ENABLE_PUSH 2");
+    kh_is_int(h2s_one(4, 0x7fffffff), 6, "INITIAL_WINDOW_SIZE 2^31-1");
+    kh_is_int(h2s_one(4, 0x80000000u), KH_H1_EH2SETTINGS, "INITIAL_WINDOW_SIZE 2^31");
+    kh_is_int(h2s_one(5, 16384), 6, "MAX_FRAME_SIZE 2^14");
+    kh_is_int(h2s_one(5, 16383), KH_H1_EH2SETTINGS, "MAX_FRAME_SIZE 2^14-1");
+    kh_is_int(h2s_one(5, 16777215), 6, "MAX_FRAME_SIZE 2^24-1");
+    kh_is_int(h2s_one(5, 16777216), KH_H1_EH2SETTINGS, "MAX_FRAME_SIZE 2^24");
+    kh_is_int(h2s_one(8, 2), KH_H1_EH2SETTINGS, "ENABLE_CONNECT_PROTOCOL 2");
+    kh_is_int(h2s_one(9, 2), KH_H1_EH2SETTINGS, "NO_RFC7540_PRIORITIES 2");
+    kh_is_int(h2s_one(1, 0xffffffffu), 6, "HEADER_TABLE_SIZE 2^32-1");
+    kh_is_int(h2s_one(0x1234, 0xffffffffu), 6, "an unknown id with any value");
 }
 
 int main(void)
@@ -977,6 +1089,7 @@ int main(void)
     for (size_t i = 0; i < KH_ARRAY_LEN(ccases); i++)
         run_ccase(&ccases[i]);
     test_chunked_extras();
+    test_h2_settings();
     test_error_table();
     return kh_test_done();
 }

@@ -41,6 +41,10 @@ local function add(what, method, path, fn)
     if type(fn) ~= "function" then
         raise(what .. "(path, fn): the handler must be a function, got a " .. type(fn))
     end
+    if path:find("[?#]") then
+        raise(what .. "(path, fn): '" .. path .. "' has a '?' or '#': a route matches the path "
+            .. "only (the query is req.query, req.args)")
+    end
     local ok, err = core.route(method, path, fn)
     if not ok then raise(err) end
 end
@@ -52,9 +56,16 @@ end
 
 function k.any(path, fn) add("k.any", "*", path, fn) end
 
+local KNOWN = { GET = 1, HEAD = 1, POST = 1, PUT = 1, PATCH = 1, DELETE = 1, OPTIONS = 1,
+    CONNECT = 1, TRACE = 1 }
+
 function k.route(method, path, fn)
     if type(method) ~= "string" then
         raise("k.route(method, path, fn): the method must be a string, got a " .. type(method))
+    end
+    if method ~= method:upper() and KNOWN[method:upper()] then
+        raise("k.route: methods are case-sensitive (RFC 9110 §9.1): '" .. method .. "' would "
+            .. "never match a " .. method:upper() .. " request; write \"" .. method:upper() .. "\"")
     end
     add("k.route", method, path, fn)
 end

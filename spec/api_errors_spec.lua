@@ -115,7 +115,7 @@ describe("API misuse", function()
             { "sleep-arg", 'k.sleep(seconds): seconds must be a number from 0 to 1e9, got "soon"' },
             { "every-arg", "k.every(seconds, fn): the interval must be at least 0.001 s, got 0" },
             { "publish-arg", "k.publish: argument 2.f: cannot copy a function" },
-            { "dict-value", "dict:set(key, value, ttl): value must be a string, a number, a boolean or nil, got a table" },
+            { "dict-value", "dict:set(key, value, ttl): values are strings, numbers, booleans or nil, got a table" },
             { "dict-dot", "dict:get() is a method: call it with a colon" },
             { "body-dot", "req:body() is a method: call it with a colon" },
             { "fail-status", 'k.fail(status, message): status must be an integer from 200 to 999, got "400"' },
@@ -216,5 +216,29 @@ describe("handler return values", function()
         local r = srv:request { path = "/fail-bare" }
         assert.are.equal(404, r.status)
         assert.are.equal("Not Found\n", r.body)
+    end)
+end)
+
+describe("routes", function()
+    local function load_error(body)
+        local r = server.run { app = 'local k = require "khamsin"\n' .. body .. "\n",
+            args = { "--listen", "127.0.0.1:0", "--workers", "1" } }
+        assert.are.equal(1, r.code, r.stderr)
+        return r.stderr
+    end
+
+    it("refuses a lower-case standard method, which would never match", function()
+        local err = load_error('k.route("get", "/x", function() end)')
+        assert.truthy(err:find("app%.lua:2: k%.route: methods are case%-sensitive"), err)
+    end)
+
+    it("refuses a path with a query, which would never match", function()
+        local err = load_error('k.get("/search?q=1", function() end)')
+        assert.truthy(err:find("app%.lua:2: k%.get%(path, fn%): '/search%?q=1' has a '%?'"), err)
+    end)
+
+    it("names the app's line for a bad pattern", function()
+        local err = load_error('k.get("/a/*rest/b", function() end)')
+        assert.truthy(err:find("app%.lua:2: route GET /a/%*rest/b: splat must be the last segment"), err)
     end)
 end)

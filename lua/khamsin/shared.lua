@@ -33,8 +33,8 @@ end
 local function check_value(what, value)
     local t = type(value)
     if t ~= "string" and t ~= "number" and t ~= "boolean" and t ~= "nil" then
-        raise("dict:" .. what .. "(key, value, ttl): value must be a string, a number, a "
-            .. "boolean or nil, got a " .. t)
+        raise("dict:" .. what .. "(key, value, ttl): values are strings, numbers, booleans or "
+            .. "nil, got a " .. t)
     end
 end
 

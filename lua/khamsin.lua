@@ -224,8 +224,9 @@ local is_http, is_aborted = errors.is_http, errors.is_aborted
 
 local function on_error(e)
     if is_http(e) or is_aborted(e) or is_busy(e) then return e end
-    local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value: "
-        .. tostring(e) .. ")")
+    local mt = type(e) == "table" and getmetatable(e)
+    local msg = (type(e) == "string" or (mt and mt.__tostring)) and tostring(e)
+        or ("(error object is a " .. type(e) .. " value: " .. tostring(e) .. ")")
     return { traceback = traceback(msg, 2) }
 end
 

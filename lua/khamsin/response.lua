@@ -175,6 +175,10 @@ function M.fail(req, res, e)
     end
     if errors.is_http(e) then
         local msg = e.message
+        if e.status == 204 or e.status == 304 then -- no content (RFC 9110 §15.3.5, §15.4.5)
+            respond(res._s, res._g, e.status, "", nil, nil)
+            return
+        end
         if type(msg) == "table" then -- k.fail(400, {error = "bad"}): JSON, as a returned table
             cjson = cjson or require "cjson"
             local ok, out = pcall(cjson.encode, msg)

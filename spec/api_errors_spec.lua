@@ -48,6 +48,9 @@ k.get("/defer-send", function(req, res)
 end)
 k.get("/defer-err", function() return defer_err end)
 
+k.get("/pending-dot", function(req, res) local d = res:defer(); d:send(200, msg(pcall(d.pending))) end) -- @pending-dot
+k.get("/fail-204", function() k.fail(204) end)
+k.get("/err-object", function() error(setmetatable({}, { __tostring = function() return "custom-err-7" end })) end)
 k.get("/traceback", function() return debug.traceback("tb", 1) end)
 k.get("/ok", function() return "ok" end)
 ]]
@@ -118,6 +121,7 @@ describe("API misuse", function()
             { "dict-value", "dict:set(key, value, ttl): values are strings, numbers, booleans or nil, got a table" },
             { "dict-dot", "dict:get() is a method: call it with a colon" },
             { "body-dot", "req:body() is a method: call it with a colon" },
+            { "pending-dot", "d:pending() is a method: call it with a colon" },
             { "fail-status", 'k.fail(status, message): status must be an integer from 200 to 999, got "400"' },
         }
         for _, c in ipairs(cases) do
@@ -210,6 +214,18 @@ describe("handler return values", function()
             assert.truthy((r.headers["content-type"] or ""):match("^application/json"), r.headers["content-type"])
             assert.are.same({ error = "bad" }, cjson.decode(r.body))
         end)
+    end)
+
+    it("sends k.fail(204) without a body or a Content-Type", function()
+        local r = srv:request { path = "/fail-204" }
+        assert.are.equal(204, r.status)
+        assert.are.equal("", r.body)
+        assert.is_nil(r.headers["content-type"])
+    end)
+
+    it("logs an error object with __tostring as what it says", function()
+        local text = failed("/err-object")
+        assert.truthy(text:find("handler error on GET /err-object: custom-err-7", 1, true), text)
     end)
 
     it("sends the reason phrase for k.fail(status) without a message", function()

@@ -61,6 +61,7 @@ function D:on_abort(fn)
 end
 
 function D:pending()
+    if getmetatable(self) ~= D then raise("d:pending() is a method: call it with a colon") end
     return self._state == nil
 end
 

@@ -111,9 +111,7 @@ end
 -- fn() runs every `seconds` until :cancel().
 function k.every(seconds, fn)
     check_seconds("k.every(seconds, fn)", seconds)
-    if seconds < 0.001 then
-        raise("k.every(seconds, fn): the interval must be at least 0.001 s, got " .. seconds)
-    end
+    if seconds == 0 then raise("k.every(seconds, fn): the interval must be above 0, got 0") end
     if type(fn) ~= "function" then
         raise("k.every(seconds, fn): fn must be a function, got a " .. type(fn))
     end

@@ -116,7 +116,7 @@ describe("API misuse", function()
     it("names the app's line and the argument for wrong arguments", function()
         local cases = {
             { "sleep-arg", 'k.sleep(seconds): seconds must be a number from 0 to 1e9, got "soon"' },
-            { "every-arg", "k.every(seconds, fn): the interval must be at least 0.001 s, got 0" },
+            { "every-arg", "k.every(seconds, fn): the interval must be above 0, got 0" },
             { "publish-arg", "k.publish: argument 2.f: cannot copy a function" },
             { "dict-value", "dict:set(key, value, ttl): values are strings, numbers, booleans or nil, got a table" },
             { "dict-dot", "dict:get() is a method: call it with a colon" },
@@ -152,6 +152,8 @@ describe("API misuse", function()
         assert.truthy(b:find('d:send got "201" (a string), "x" (a string): a status must be a number', 1, true), b)
     end)
 
+    -- (The binary's built-in bytecode: a lua/ file edited after the build loads from its own
+    -- path instead, kh_lua_modules.c, and this fails until the next build.)
     it("keeps the build machine's source path out of khamsin's chunk names", function()
         local tb = body("/traceback")
         -- the runner's frames: "khamsin.lua:N:" as the chunk name, nothing before it

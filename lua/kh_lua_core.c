@@ -324,6 +324,13 @@ static int l_workers(lua_State *L)
     return 1;
 }
 
+/* loading() -> true while the script loads (no handler, timer or callback runs) */
+static int l_loading(lua_State *L)
+{
+    lua_pushboolean(L, K_UPVALUE(L)->current == NULL);
+    return 1;
+}
+
 /* reason(status) -> "Not Found" | "" */
 static int l_reason(lua_State *L)
 {
@@ -344,7 +351,8 @@ static int open_core(lua_State *L)
         {"route", l_route},     {"respond", l_respond},     {"body", l_body},
         {"head", l_head},       {"headers", l_headers},     {"params", l_params},
         {"log", l_log},         {"worker_id", l_worker_id}, {"workers", l_workers},
-        {"now", l_now},         {"reason", l_reason},       {NULL, NULL},
+        {"now", l_now},         {"reason", l_reason},       {"loading", l_loading},
+        {NULL, NULL},
     };
     lua_newtable(L);
     for (const luaL_Reg *f = fns; f->name; f++) {

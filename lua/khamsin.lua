@@ -34,7 +34,13 @@ end
 -- A wait raises k.is_aborted(e) errors once the request is over; pcall cleanups may check it.
 k.is_aborted = errors.is_aborted
 
+local loading = core.loading
+
 local function add(what, method, path, fn)
+    if not loading() then
+        raise(what .. ": routes are declared while the script loads (every worker loads it; a "
+            .. "route added later would exist on this worker only)")
+    end
     if type(path) ~= "string" then
         raise(what .. "(path, fn): the path must be a string, got a " .. type(path))
     end

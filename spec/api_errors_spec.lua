@@ -51,6 +51,7 @@ k.get("/defer-err", function() return defer_err end)
 k.get("/pending-dot", function(req, res) local d = res:defer(); d:send(200, msg(pcall(d.pending))) end) -- @pending-dot
 k.get("/fail-204", function() k.fail(204) end)
 k.get("/err-object", function() error(setmetatable({}, { __tostring = function() return "custom-err-7" end })) end)
+k.get("/late-route", function() return msg(pcall(k.get, "/late", function() end)) end) -- @late-route
 k.get("/traceback", function() return debug.traceback("tb", 1) end)
 k.get("/ok", function() return "ok" end)
 ]]
@@ -122,6 +123,7 @@ describe("API misuse", function()
             { "dict-dot", "dict:get() is a method: call it with a colon" },
             { "body-dot", "req:body() is a method: call it with a colon" },
             { "pending-dot", "d:pending() is a method: call it with a colon" },
+            { "late-route", "k.get: routes are declared while the script loads" },
             { "fail-status", 'k.fail(status, message): status must be an integer from 200 to 999, got "400"' },
         }
         for _, c in ipairs(cases) do

@@ -19,6 +19,7 @@ local k = {}
 -- k.fail(status, message) answers with that status (not logged as a bug). A table message is
 -- sent as JSON, like a returned table.
 function k.fail(status, message)
+    if core.loading() then raise("k.fail answers a request: call it from a handler") end
     if type(status) ~= "number" or status % 1 ~= 0 or status < 200 or status > 999 then
         raise("k.fail(status, message): status must be an integer from 200 to 999, got "
             .. response.describe(status))

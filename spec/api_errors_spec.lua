@@ -133,11 +133,15 @@ describe("API misuse", function()
         end
     end)
 
-    it("answers a k.sleep at load time with the script's line, and start-up fails", function()
+    it("refuses k.sleep, k.fail, k.blocking at load time with the script's line", function()
         local r = server.run { app = 'local k = require "khamsin"\nk.sleep(1)\n',
             args = { "--listen", "127.0.0.1:0", "--workers", "1" } }
         assert.are.equal(1, r.code, r.stderr)
         assert.truthy(r.stderr:find("app%.lua:2: k%.sleep can only be called from a handler"), r.stderr)
+        r = server.run { app = 'local k = require "khamsin"\nk.fail(400, "x")\n',
+            args = { "--listen", "127.0.0.1:0", "--workers", "1" } }
+        assert.are.equal(1, r.code, r.stderr)
+        assert.truthy(r.stderr:find("app%.lua:2: k%.fail answers a request"), r.stderr)
         r = server.run { app = 'local k = require "khamsin"\n\nk.blocking(function() end)\n',
             args = { "--listen", "127.0.0.1:0", "--workers", "1" } }
         assert.are.equal(1, r.code, r.stderr)

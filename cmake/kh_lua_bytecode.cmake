@@ -3,6 +3,9 @@
 # tracebacks still name file:line) as a static array, and the table kh_lua_bc_modules that
 # lua/kh_lua_modules.c registers in package.preload. Each entry carries its source path and
 # mtime: a source edited after the build is loaded from the file instead (see kh_lua_modules.c).
+# luajit runs in SRC on the relative path, so the chunk name kept in the bytecode is
+# "@khamsin/request.lua" (tracebacks read "khamsin/request.lua:12:"), never the build machine's
+# absolute source path.
 # Why: parsing khamsin's Lua at each start-up cost ~0.7 ms of CPU and ~15 page faults per state.
 string(REPLACE "," ";" MODULES "${MODULES}")
 set(body "")
@@ -12,7 +15,8 @@ foreach(mod ${MODULES})
   set(src "${SRC}/${rel}.lua")
   string(REPLACE "." "_" cname "${mod}")
   set(tmp "${OUT}.${cname}.h")
-  execute_process(COMMAND ${LUAJIT} -b -g -t h -n ${mod} ${src} ${tmp} RESULT_VARIABLE rc ERROR_VARIABLE err)
+  execute_process(COMMAND ${LUAJIT} -b -g -t h -n ${mod} ${rel}.lua ${tmp}
+    WORKING_DIRECTORY ${SRC} RESULT_VARIABLE rc ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "luajit -b ${src}: ${err}")
   endif()

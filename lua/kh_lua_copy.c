@@ -151,8 +151,8 @@ static int encode_value(enc *e, int idx, int depth)
     }
 }
 
-int kh_lua_copy_encode(lua_State *L, int first, int last, kh_copybuf *b, const char *what,
-                       char *err, size_t errlen)
+int kh_lua_copy_encode(lua_State *L, int first, int last, int number, kh_copybuf *b,
+                       const char *what, char *err, size_t errlen)
 {
     enc e = {L, b, 0, err, errlen, {0}};
     if (!lua_checkstack(L, 4)) {
@@ -166,7 +166,7 @@ int kh_lua_copy_encode(lua_State *L, int first, int last, kh_copybuf *b, const c
     e.seen = lua_gettop(L);
     int r = 0;
     for (int i = first; i <= last && r == 0; i++) {
-        snprintf(e.path, sizeof e.path, "%s %d", what, i - first + 1);
+        snprintf(e.path, sizeof e.path, "%s %d", what, number + (i - first));
         r = encode_value(&e, i, 0);
     }
     lua_settop(L, e.seen - 1);

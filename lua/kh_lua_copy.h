@@ -21,9 +21,11 @@ typedef struct kh_copybuf {
 
 /* Encodes the values at stack indexes first..last (inclusive; last < first encodes nothing)
  * onto b (malloc'd; the caller frees b->p even on failure). 0, or -1 with a message in err.
- * `what` names the values in messages ("argument"). */
-int kh_lua_copy_encode(lua_State *L, int first, int last, kh_copybuf *b, const char *what,
-                       char *err, size_t errlen);
+ * `what` and `number` name the values in messages: the value at `first` is "<what> <number>",
+ * the next "<what> <number + 1>" (the numbers the user sees: k.blocking's first value after
+ * the function is "argument 2"). */
+int kh_lua_copy_encode(lua_State *L, int first, int last, int number, kh_copybuf *b,
+                       const char *what, char *err, size_t errlen);
 /* Pushes the values encoded in p..p+n. Returns how many, or -1 (corrupt input, no stack). */
 int kh_lua_copy_decode(lua_State *L, const char *p, size_t n);
 

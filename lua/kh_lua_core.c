@@ -3,6 +3,7 @@
  * In:    calls from lua/khamsin*.lua on the worker's thread.
  * Out:   routes into the router; responses through kh_stream; waits that yield KH_YIELD.
  * Never: knows a wire format or a protocol; keeps a pointer to a Lua string past the call. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,7 +57,56 @@ static int l_route(lua_State *L)
     return 1;
 }
 
-/* respond(s, gen, status, body, headers|nil, default_content_type|nil) -> true | nil, "closed" */
+/* false, message: a misuse the Lua side raises at the app's line (errors.raise), never a
+ * lua_error from here (a C frame's message would name khamsin's Lua line, not the app's) */
+static int misuse(lua_State *L, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lua_pushboolean(L, 0);
+    lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    return 2;
+}
+
+/* RFC 9110 §5.6.2 token characters */
+static int is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static const char *pushed(lua_State *L, kh_str str)
+{
+    lua_pushlstring(L, str.ptr, str.len);
+    return lua_tostring(L, -1);
+}
+
+/* Names the first header the engine refused (kh_stream_send_head said KH_EINVAL). */
+static int bad_header(lua_State *L, const kh_header *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *p = (const unsigned char *)h[i].name.ptr;
+        int name_ok = h[i].name.len > 0;
+        for (size_t j = 0; j < h[i].name.len && name_ok; j++)
+            name_ok = is_tchar(p[j]);
+        if (!name_ok)
+            return misuse(L, "response header name '%s' is not a token (RFC 9110 §5.6.2: "
+                             "letters, digits and !#$%%&'*+-.^_`|~ only)",
+                          pushed(L, h[i].name));
+        p = (const unsigned char *)h[i].value.ptr;
+        for (size_t j = 0; j < h[i].value.len; j++)
+            if ((p[j] < 0x20 && p[j] != '\t') || p[j] == 0x7f)
+                return misuse(L, "response header '%s': the value has a control character "
+                                 "(byte %d at %d; CR, LF and NUL could split the response)",
+                              pushed(L, h[i].name), (int)p[j],
+                              (int)j + 1);
+    }
+    return misuse(L, "invalid response header");
+}
+
+/* respond(s, gen, status, body, headers|nil, default_content_type|nil) -> true | nil, "closed"
+ * | false, message (a header name or value refused, a second answer) */
 static int l_respond(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
@@ -70,7 +120,7 @@ static int l_respond(lua_State *L)
         return 2;
     }
     if (status < 200 || status > 999)
-        return luaL_error(L, "invalid status %d (expected 200 to 999)", status);
+        return misuse(L, "invalid status %d (expected 200 to 999)", status);
     kh_header stack_hdrs[32];
     kh_header *h = stack_hdrs;
     size_t n = 0, cap = 32;
@@ -82,10 +132,9 @@ static int l_respond(lua_State *L)
         int anchor = lua_gettop(L), nanchor = 0;
         lua_pushnil(L);
         while (lua_next(L, 5) != 0) {
-            if (lua_type(L, -2) != LUA_TSTRING) {
-                lua_pop(L, 1);
-                continue;
-            }
+            if (lua_type(L, -2) != LUA_TSTRING)
+                return misuse(L, "response header names are strings, got a %s key",
+                              luaL_typename(L, -2));
             size_t nl;
             const char *name = lua_tolstring(L, -2, &nl);
             int vt = lua_type(L, -1);
@@ -93,7 +142,9 @@ static int l_respond(lua_State *L)
             if (vt == LUA_TBOOLEAN && !lua_toboolean(L, -1))
                 count = 0; /* false removes a header */
             else if (vt != LUA_TTABLE && vt != LUA_TSTRING && vt != LUA_TNUMBER)
-                return luaL_error(L, "header '%s': values must be strings or numbers", name);
+                return misuse(L, "response header '%s': the value is a %s (a value is a "
+                                 "string, a number, a list of them, or false to remove it)",
+                              name, luaL_typename(L, -1));
             for (int i = 1; i <= count; i++) {
                 if (vt == LUA_TTABLE)
                     lua_rawgeti(L, -1, i);
@@ -101,7 +152,9 @@ static int l_respond(lua_State *L)
                     lua_pushvalue(L, -1);
                 int et = lua_type(L, -1);
                 if (et != LUA_TSTRING && et != LUA_TNUMBER)
-                    return luaL_error(L, "header '%s': values must be strings or numbers", name);
+                    return misuse(L, "response header '%s': item %d of the list is a %s (a "
+                                     "value is a string or a number)",
+                                  name, i, luaL_typename(L, -1));
                 size_t vl;
                 const char *val = lua_tolstring(L, -1, &vl);
                 lua_rawseti(L, anchor, ++nanchor);
@@ -133,10 +186,9 @@ static int l_respond(lua_State *L)
     }
     int r = kh_stream_respond(s, status, h, n, body, blen);
     if (r == KH_EINVAL)
-        return luaL_error(L, "invalid response header name or value (control characters are "
-                             "not allowed)");
+        return bad_header(L, h, n);
     if (r == KH_EPROTO)
-        return luaL_error(L, "the response was already sent");
+        return misuse(L, "the response was already sent");
     if (r != 0) {
         lua_pushnil(L);
         lua_pushliteral(L, "closed");
@@ -169,9 +221,9 @@ static int l_body(lua_State *L)
         kh_lua *K = K_UPVALUE(L);
         kh_lua_co *c = s->app_data;
         if (c == NULL || K->current != c)
-            return luaL_error(L, "req:body() waits only in its own request's handler");
+            return misuse(L, "req:body() waits only in its own request's handler");
         if (c->wait != KH_WAIT_NONE)
-            return luaL_error(L, "this request is already waiting");
+            return misuse(L, "req:body(): this request is already waiting");
         s->app_wait = KH_WAIT_BODY;
         c->wait = KH_WAIT_BODY;
         kh_stream_want_body(s);
@@ -272,6 +324,20 @@ static int l_workers(lua_State *L)
     return 1;
 }
 
+/* loading() -> true while the script loads (no handler, timer or callback runs) */
+static int l_loading(lua_State *L)
+{
+    lua_pushboolean(L, K_UPVALUE(L)->current == NULL);
+    return 1;
+}
+
+/* reason(status) -> "Not Found" | "" */
+static int l_reason(lua_State *L)
+{
+    lua_pushstring(L, kh_status_reason((int)luaL_checkinteger(L, 1)));
+    return 1;
+}
+
 static int l_now(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
@@ -285,7 +351,8 @@ static int open_core(lua_State *L)
         {"route", l_route},     {"respond", l_respond},     {"body", l_body},
         {"head", l_head},       {"headers", l_headers},     {"params", l_params},
         {"log", l_log},         {"worker_id", l_worker_id}, {"workers", l_workers},
-        {"now", l_now},         {NULL, NULL},
+        {"now", l_now},         {"reason", l_reason},       {"loading", l_loading},
+        {NULL, NULL},
     };
     lua_newtable(L);
     for (const luaL_Reg *f = fns; f->name; f++) {

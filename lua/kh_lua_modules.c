@@ -19,7 +19,8 @@
 static int load_module(lua_State *L)
 {
     const kh_lua_bc *m = lua_touserdata(L, lua_upvalueindex(1));
-    /* the chunk name comes from the bytecode's debug info ("@<src>"), as if loaded from src */
+    /* the chunk name comes from the bytecode's debug info: "@khamsin/request.lua", relative to
+     * lua/ (cmake/kh_lua_bytecode.cmake), never the build machine's path */
     if (luaL_loadbuffer(L, (const char *)m->code, m->size, m->name) != 0)
         return luaL_error(L, "loading the built-in %s: %s", m->name, lua_tostring(L, -1));
     lua_pushstring(L, m->name);

@@ -159,7 +159,7 @@ void kh__lua_pool_run(kh_job *job, void *state)
     }
     kh_copybuf b = {NULL, 0, 0, j->max};
     char err[400];
-    if (kh_lua_copy_encode(L, 2, lua_gettop(L), &b, "result", err, sizeof err) != 0) {
+    if (kh_lua_copy_encode(L, 2, lua_gettop(L), 1, &b, "result", err, sizeof err) != 0) {
         free(b.p);
         char buf[480];
         int bl = snprintf(buf, sizeof buf, "k.blocking: %s", err);

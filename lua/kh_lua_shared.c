@@ -30,7 +30,7 @@ static uint64_t ttl_at(lua_State *L, int idx)
     return (uint64_t)(t * 1000.0 + 0.5);
 }
 
-/* shdict_declare(name, bytes) -> dict | error */
+/* shdict_declare(name, bytes) -> dict | nil, message (declared before with another size) */
 static int l_declare(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
@@ -40,8 +40,11 @@ static int l_declare(lua_State *L)
         return luaL_argerror(L, 2, "size must be bytes from 4096 to 1 TiB");
     char err[256];
     kh_shdict *d = kh_shdict_declare(K->w->cfg->shdicts, name, (size_t)bytes, err, sizeof err);
-    if (d == NULL)
-        return luaL_error(L, "%s", err);
+    if (d == NULL) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
     lua_pushlightuserdata(L, d);
     return 1;
 }

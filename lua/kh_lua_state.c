@@ -50,6 +50,9 @@ void kh__lua_set_path(lua_State *L, const char *script)
 static int traceback(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);
+    /* an error object with __tostring (k.fail's, an abort) reads as what it says */
+    if (msg == NULL && luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1))
+        msg = lua_tostring(L, -1);
     luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
     return 1;
 }

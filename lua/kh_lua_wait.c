@@ -7,6 +7,7 @@
  *        jobs to the pool; messages to other workers' mailboxes.
  * Never: blocks the loop (a full pool queue is refused at once); resumes a coroutine itself. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,13 +37,32 @@ typedef struct kh_lua_msg {
     char data[];
 } kh_lua_msg;
 
+/* "misuse", message: the Lua wrapper raises it at the app's line (errors.raise). A lua_error
+ * raised here would name the wrapper's line in lua/khamsin.lua instead. */
+static int misuse(lua_State *L, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lua_pushliteral(L, "misuse");
+    lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    return 2;
+}
+
+/* The coroutine that may wait now, or NULL with "misuse", message pushed (2 values). */
 static kh_lua_co *current(lua_State *L, kh_lua *K, const char *what)
 {
-    if (K->current == NULL)
-        luaL_error(L,
-                   "%s can only be called from a handler, a timer or a subscriber callback "
-                   "(not while the script loads)",
-                   what);
+    if (K->current == NULL) {
+        misuse(L,
+               "%s can only be called from a handler, a timer or a subscriber callback "
+               "(not while the script loads)",
+               what);
+        return NULL;
+    }
+    if (K->current->wait != KH_WAIT_NONE) {
+        misuse(L, "%s: this coroutine is already waiting", what);
+        return NULL;
+    }
     return K->current;
 }
 
@@ -118,19 +138,19 @@ static void sleep_cb(uv_timer_t *h)
     kh__lua_wake(K, c, 1);
 }
 
-/* sleep(seconds) -> true | "aborted", reason (yields) */
+/* sleep(seconds) -> true | "aborted", reason | "misuse", message (yields) */
 static int l_sleep(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
     uint64_t ms = seconds_to_ms(L, 1);
     kh_lua_co *c = current(L, K, "k.sleep");
+    if (c == NULL)
+        return 2;
     if (c->aborted) {
         lua_pushliteral(L, "aborted");
         lua_pushliteral(L, "closed");
         return 2;
     }
-    if (c->wait != KH_WAIT_NONE)
-        return luaL_error(L, "this coroutine is already waiting");
     kh_lua_timer *t = timer_open(K, TIMER_SLEEP);
     t->co = c;
     c->timer = t;
@@ -245,25 +265,28 @@ void kh__lua_job_done(kh_lua *K, kh_lua_job *j)
     kh__lua_wake(K, c, n);
 }
 
-/* blocking(kind, code, ...) -> true, results... | "busy", why | "aborted", why | "error", msg */
+/* blocking(kind, code, ...) -> true, results... | "busy", why | "aborted", why | "error", msg
+ * | "misuse", message */
 static int l_blocking(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
     luaL_checkstring(L, 1);
     luaL_checkstring(L, 2);
     kh_lua_co *c = current(L, K, "k.blocking");
+    if (c == NULL)
+        return 2;
     if (c->aborted) {
         lua_pushliteral(L, "aborted");
         lua_pushliteral(L, "closed");
         return 2;
     }
-    if (c->wait != KH_WAIT_NONE)
-        return luaL_error(L, "this coroutine is already waiting");
     kh_copybuf b = {NULL, 0, 0, K->w->limits->pool_msg_bytes};
     char err[400];
-    if (kh_lua_copy_encode(L, 1, lua_gettop(L), &b, "argument", err, sizeof err) != 0) {
+    /* kind and code stand for the user's fn (argument 1): the first value after it is
+     * "argument 2", as the user counts */
+    if (kh_lua_copy_encode(L, 1, lua_gettop(L), 0, &b, "argument", err, sizeof err) != 0) {
         free(b.p);
-        return luaL_error(L, "k.blocking: %s", err);
+        return misuse(L, "k.blocking: %s", err);
     }
     kh_lua_job *j = kh_xcalloc(1, sizeof *j);
     j->base.msg.type = KH_MSG_JOB;
@@ -384,7 +407,8 @@ static kh_lua_msg *msg_new(int type, const char *p, size_t n)
 }
 
 /* publish(topic, value): to every worker, this one included (through its own mailbox, so the
- * subscribers run after this slice, never inside it). Returns the number of workers. */
+ * subscribers run after this slice, never inside it). Returns the number of workers, or nil,
+ * message for a value that cannot be copied (k.publish raises it at the app's line). */
 static int l_publish(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
@@ -392,9 +416,11 @@ static int l_publish(lua_State *L)
     lua_settop(L, 2);
     kh_copybuf b = {NULL, 0, 0, K->w->limits->pool_msg_bytes};
     char err[400];
-    if (kh_lua_copy_encode(L, 1, 2, &b, "publish value", err, sizeof err) != 0) {
+    if (kh_lua_copy_encode(L, 1, 2, 1, &b, "argument", err, sizeof err) != 0) {
         free(b.p);
-        return luaL_error(L, "k.publish: %s", err);
+        lua_pushnil(L);
+        lua_pushfstring(L, "k.publish: %s", err);
+        return 2;
     }
     const kh_config *cfg = K->w->cfg;
     int sent = 0;
@@ -406,7 +432,8 @@ static int l_publish(lua_State *L)
     return 1;
 }
 
-/* post_resolve(worker, id, status, body, headers) -> true | nil, why */
+/* post_resolve(worker, id, status, body, headers) -> true | nil, why | false, message (a
+ * value that cannot be copied: k.resolve raises it at the app's line) */
 static int l_post_resolve(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
@@ -414,9 +441,11 @@ static int l_post_resolve(lua_State *L)
     lua_settop(L, 5);
     kh_copybuf b = {NULL, 0, 0, K->w->limits->pool_msg_bytes};
     char err[400];
-    if (kh_lua_copy_encode(L, 2, 5, &b, "k.resolve argument", err, sizeof err) != 0) {
+    if (kh_lua_copy_encode(L, 2, 5, 1, &b, "argument", err, sizeof err) != 0) {
         free(b.p);
-        return luaL_error(L, "k.resolve: %s", err);
+        lua_pushboolean(L, 0);
+        lua_pushfstring(L, "k.resolve: %s", err);
+        return 2;
     }
     int r = kh_worker_post(K->w->cfg, to, &msg_new(KH_MSG_RESOLVE, b.p, b.len)->base);
     free(b.p);

@@ -1,6 +1,8 @@
 -- khamsin: the public module. Loaded once in every worker's own Lua state.
 -- Owns: route registration and the request runner (_run), which turns a handler's return values
 -- into a response. Knows nothing of wire formats: everything goes through khamsin.core.
+-- A misuse of the API (a wrong argument, a wait while the script loads, a value that cannot be
+-- copied) raises errors.raise(msg): the message names the app's file:line, not this file's.
 local core = require "khamsin.core"
 local request = require "khamsin.request"
 local response = require "khamsin.response"
@@ -9,34 +11,70 @@ local errors = require "khamsin.errors"
 local type, error, tostring, select = type, error, tostring, select
 local xpcall, traceback = xpcall, debug.traceback
 local concat = table.concat
+local raise = errors.raise
+errors.own()
 
 local k = {}
 
--- k.fail(status, message) answers with that status (not logged as a bug).
+-- k.fail(status, message) answers with that status (not logged as a bug). A table message is
+-- sent as JSON, like a returned table.
 function k.fail(status, message)
+    if core.loading() then raise("k.fail answers a request: call it from a handler") end
+    if type(status) ~= "number" or status % 1 ~= 0 or status < 200 or status > 999 then
+        raise("k.fail(status, message): status must be an integer from 200 to 999, got "
+            .. response.describe(status))
+    end
+    local t = type(message)
+    if t ~= "nil" and t ~= "string" and t ~= "number" and t ~= "table" then
+        raise("k.fail(status, message): message must be a string or a table (sent as JSON), "
+            .. "got a " .. t)
+    end
     error(errors.http(status, message), 2)
 end
 
 -- A wait raises k.is_aborted(e) errors once the request is over; pcall cleanups may check it.
 k.is_aborted = errors.is_aborted
 
-local function add(method, path, fn, level)
-    if type(path) ~= "string" then error("route path must be a string", level) end
-    if type(fn) ~= "function" then error("route handler must be a function", level) end
+local loading = core.loading
+
+local function add(what, method, path, fn)
+    if not loading() then
+        raise(what .. ": routes are declared while the script loads (every worker loads it; a "
+            .. "route added later would exist on this worker only)")
+    end
+    if type(path) ~= "string" then
+        raise(what .. "(path, fn): the path must be a string, got a " .. type(path))
+    end
+    if type(fn) ~= "function" then
+        raise(what .. "(path, fn): the handler must be a function, got a " .. type(fn))
+    end
+    if path:find("[?#]") then
+        raise(what .. "(path, fn): '" .. path .. "' has a '?' or '#': a route matches the path "
+            .. "only (the query is req.query, req.args)")
+    end
     local ok, err = core.route(method, path, fn)
-    if not ok then error(err, level) end
+    if not ok then raise(err) end
 end
 
 for _, m in ipairs { "get", "post", "put", "patch", "delete", "options" } do
-    local method = m:upper()
-    k[m] = function(path, fn) add(method, path, fn, 3) end
+    local method, what = m:upper(), "k." .. m
+    k[m] = function(path, fn) add(what, method, path, fn) end
 end
 
-function k.any(path, fn) add("*", path, fn, 3) end
+function k.any(path, fn) add("k.any", "*", path, fn) end
+
+local KNOWN = { GET = 1, HEAD = 1, POST = 1, PUT = 1, PATCH = 1, DELETE = 1, OPTIONS = 1,
+    CONNECT = 1, TRACE = 1 }
 
 function k.route(method, path, fn)
-    if type(method) ~= "string" then error("route method must be a string", 2) end
-    add(method, path, fn, 3)
+    if type(method) ~= "string" then
+        raise("k.route(method, path, fn): the method must be a string, got a " .. type(method))
+    end
+    if method ~= method:upper() and KNOWN[method:upper()] then
+        raise("k.route: methods are case-sensitive (RFC 9110 §9.1): '" .. method .. "' would "
+            .. "never match a " .. method:upper() .. " request; write \"" .. method:upper() .. "\"")
+    end
+    add("k.route", method, path, fn)
 end
 
 function k.worker_id() return core.worker_id() end
@@ -51,23 +89,39 @@ local function waited(st, a, ...)
     if st == true then return a, ... end
     if st == "aborted" then error(errors.aborted(a), 0) end
     if st == "busy" then error(errors.busy(a), 0) end
+    if st == "misuse" then raise(a) end -- called while the script loads, a value not copyable
     error(a, 0) -- "error": the pool function raised; a carries the pool's traceback
+end
+
+-- seconds for k.sleep/timer/every: a number from 0 to 1e9 (what the C side accepts)
+local function check_seconds(what, s)
+    if type(s) ~= "number" or not (s >= 0 and s <= 1e9) then
+        raise(what .. ": seconds must be a number from 0 to 1e9, got " .. response.describe(s))
+    end
 end
 
 -- Sleeps without blocking the loop (k.sleep(0): until the next loop turn).
 function k.sleep(seconds)
+    check_seconds("k.sleep(seconds)", seconds)
     waited(core_sleep(seconds))
 end
 
 -- fn() runs once after `seconds`, in a coroutine of its own (it may sleep or use the pool).
 function k.timer(seconds, fn)
-    if type(fn) ~= "function" then error("k.timer(seconds, fn): fn must be a function", 2) end
+    check_seconds("k.timer(seconds, fn)", seconds)
+    if type(fn) ~= "function" then
+        raise("k.timer(seconds, fn): fn must be a function, got a " .. type(fn))
+    end
     return core_timer(seconds, nil, fn)
 end
 
 -- fn() runs every `seconds` until :cancel().
 function k.every(seconds, fn)
-    if type(fn) ~= "function" then error("k.every(seconds, fn): fn must be a function", 2) end
+    check_seconds("k.every(seconds, fn)", seconds)
+    if seconds == 0 then raise("k.every(seconds, fn): the interval must be above 0, got 0") end
+    if type(fn) ~= "function" then
+        raise("k.every(seconds, fn): fn must be a function, got a " .. type(fn))
+    end
     return core_timer(seconds, seconds, fn)
 end
 
@@ -86,20 +140,20 @@ function k.blocking(fn, ...)
         if not code then
             local info = getinfo(fn, "uS")
             if info.what == "C" then
-                error("k.blocking: a C function cannot be moved to the pool; name it as "
-                    .. "\"module.function\" instead", 2)
+                raise("k.blocking: a C function cannot be moved to the pool; name it as "
+                    .. "\"module.function\" instead")
             end
             if info.nups > 0 then
-                error("k.blocking: the function has " .. info.nups .. " upvalue(s) (local "
+                raise("k.blocking: the function has " .. info.nups .. " upvalue(s) (local "
                     .. "variables from outside it); functions move to the pool by string.dump, "
                     .. "which drops upvalues: pass them as arguments, or name a module function "
-                    .. "as \"module.function\"", 2)
+                    .. "as \"module.function\"")
             end
             code = dump(fn)
             dumped[fn] = code
         end
     else
-        error("k.blocking: expected a function or \"module.function\", got a " .. type(fn), 2)
+        raise("k.blocking: expected a function or \"module.function\", got a " .. type(fn))
     end
     return waited(core_blocking(kind, code, ...))
 end
@@ -111,8 +165,12 @@ local subscribers = {}
 
 -- fn(value, topic) runs on every worker for each k.publish(topic, value), in a coroutine.
 function k.subscribe(topic, fn)
-    if type(topic) ~= "string" then error("k.subscribe: topic must be a string", 2) end
-    if type(fn) ~= "function" then error("k.subscribe: fn must be a function", 2) end
+    if type(topic) ~= "string" then
+        raise("k.subscribe(topic, fn): topic must be a string, got a " .. type(topic))
+    end
+    if type(fn) ~= "function" then
+        raise("k.subscribe(topic, fn): fn must be a function, got a " .. type(fn))
+    end
     local list = subscribers[topic]
     if not list then list = {}; subscribers[topic] = list end
     list[#list + 1] = fn
@@ -124,8 +182,12 @@ end
 -- Sends a copy of value to every worker's subscribers of topic (this worker's too, after the
 -- current handler yields or returns). Returns the number of workers reached.
 function k.publish(topic, value)
-    if type(topic) ~= "string" then error("k.publish: topic must be a string", 2) end
-    return core.publish(topic, value)
+    if type(topic) ~= "string" then
+        raise("k.publish(topic, value): topic must be a string, got a " .. type(topic))
+    end
+    local n, err = core.publish(topic, value)
+    if not n then raise(err) end -- a value that cannot be copied
+    return n
 end
 
 -- khamsin.defer and khamsin.shared load on first use, not with the app (start-up time).
@@ -167,8 +229,9 @@ local is_http, is_aborted = errors.is_http, errors.is_aborted
 
 local function on_error(e)
     if is_http(e) or is_aborted(e) or is_busy(e) then return e end
-    local msg = type(e) == "string" and e or ("(error object is a " .. type(e) .. " value: "
-        .. tostring(e) .. ")")
+    local mt = type(e) == "table" and getmetatable(e)
+    local msg = (type(e) == "string" or (mt and mt.__tostring)) and tostring(e)
+        or ("(error object is a " .. type(e) .. " value: " .. tostring(e) .. ")")
     return { traceback = traceback(msg, 2) }
 end
 
@@ -203,11 +266,22 @@ function k._event(kind, ...)
 end
 
 -- One xpcall per request: the handler, then the turning of its return values into a reply.
-local function serve(handler, req, res)
-    local a, b, c = handler(req, res)
+-- (errors.where names `handler`, serve's first argument, when the app's frames are gone.)
+local function answer(res, n, a, b, c)
     if rawget(res, "_deferred") then return end -- answered later, by d:send
-    return finish(res, a, b, c)
+    if n > 3 then
+        raise("the handler returned " .. n .. " values; the forms are body | status, body | "
+            .. "status, body, headers")
+    end
+    return finish(res, a, b, c, "the handler returned")
 end
+
+local function counted(...) return select("#", ...), ... end
+
+local function serve(handler, req, res)
+    answer(res, counted(handler(req, res))) -- not a tail call: serve stays on the stack
+end
+errors.set_runner(serve)
 
 function k._run(handler, s, gen)
     local req, res = new_req(s, gen), new_res(s, gen)

@@ -5,6 +5,7 @@
 -- what the engine sends back, so the app never sees it (lua-nginx-module's co_op, in Lua).
 -- Installed once per worker state before the app loads; it changes the global `coroutine`.
 local core = require "khamsin.core"
+require("khamsin.errors").own() -- its frames are skipped when an error names the app's line
 
 local YIELD = core.YIELD
 local create, resume, yield, status, running =

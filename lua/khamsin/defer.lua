@@ -5,9 +5,11 @@
 -- ids go through that worker's mailbox).
 local core = require "khamsin.core"
 local errors = require "khamsin.errors"
+errors.own()
+local raise = errors.raise
 
-local setmetatable, error, pcall, tostring, tonumber, type =
-    setmetatable, error, pcall, tostring, tonumber, type
+local setmetatable, getmetatable, error, pcall, tostring, tonumber, type =
+    setmetatable, getmetatable, error, pcall, tostring, tonumber, type
 
 local M = {}
 
@@ -33,22 +35,24 @@ end
 -- Answers the deferred request. A second send raises; after a timeout or the client leaving it
 -- returns nil, "timeout" | "closed".
 function D:send(status, body, headers)
+    if getmetatable(self) ~= D then raise("d:send() is a method: call it with a colon") end
     if self._state == "sent" then
-        error("deferred reply " .. self.id .. " was already sent", 2)
+        raise("deferred reply " .. self.id .. " was already sent")
     elseif self._state then
         return nil, self._state
     end
     self._state = "sent"
     unregister(self)
-    local ok, err = pcall(finish, self._res, status, body, headers)
-    release(self)
-    if not ok then error(err, 2) end
+    local ok, err = pcall(finish, self._res, status, body, headers, "d:send got")
+    release(self) -- a send that failed answers 500 (core.defer_release)
+    if not ok then error(err, 0) end -- err names the app's line already (errors.raise)
     return true
 end
 
 -- fn() runs (in a coroutine of its own) when the client leaves before the reply is sent.
 function D:on_abort(fn)
-    if type(fn) ~= "function" then error("d:on_abort needs a function", 2) end
+    if getmetatable(self) ~= D then raise("d:on_abort(fn) is a method: call it with a colon") end
+    if type(fn) ~= "function" then raise("d:on_abort(fn): fn must be a function, got a " .. type(fn)) end
     if self._state == "closed" then
         fn()
         return
@@ -57,14 +61,15 @@ function D:on_abort(fn)
 end
 
 function D:pending()
+    if getmetatable(self) ~= D then raise("d:pending() is a method: call it with a colon") end
     return self._state == nil
 end
 
 function M.new(res, opts)
-    if rawget(res, "_deferred") then error("res:defer() was already called for this request", 3) end
+    if rawget(res, "_deferred") then raise("res:defer() was already called for this request") end
     local timeout = opts and opts.timeout
-    if timeout ~= nil and (type(timeout) ~= "number" or timeout <= 0) then
-        error("res:defer{timeout = seconds}: seconds must be a number above 0", 3)
+    if timeout ~= nil and (type(timeout) ~= "number" or not (timeout > 0 and timeout <= 1e9)) then
+        raise("res:defer{timeout = seconds}: seconds must be a number above 0 (up to 1e9)")
     end
     local ok, err = core.defer_hold(res._s, res._g)
     if not ok then error(errors.aborted(err), 0) end
@@ -115,11 +120,15 @@ end
 
 -- k.resolve(id, status, body, headers): answers a deferred reply on any worker.
 function M.resolve(id, status, body, headers)
-    if type(id) ~= "string" then error("k.resolve: id must be a deferred reply's d.id", 3) end
+    if type(id) ~= "string" then
+        raise("k.resolve(id, ...): id must be a deferred reply's d.id, got a " .. type(id))
+    end
     local w = tonumber(id:match("^(%d+):%d+$"))
-    if not w then error("k.resolve: '" .. id .. "' is not a deferred reply id", 3) end
+    if not w then raise("k.resolve: '" .. id .. "' is not a deferred reply id") end
     if w ~= core.worker_id() then
-        return core.post_resolve(w, id, status, body, headers)
+        local ok, err = core.post_resolve(w, id, status, body, headers)
+        if ok == false then raise(err) end -- a value that cannot be copied
+        return ok, err
     end
     local d = by_id[id]
     if not d then return nil, "unknown or already answered" end

@@ -4,6 +4,8 @@ local core = require "khamsin.core"
 -- lua-cjson is loaded on the first req:json(): start-up stays in the millisecond budget
 local cjson_safe
 local errors = require "khamsin.errors"
+errors.own()
+local raise = errors.raise
 
 local rawget, rawset, setmetatable, type = rawget, rawset, setmetatable, type
 local tonumber, char, gsub, lower = tonumber, string.char, string.gsub, string.lower
@@ -95,12 +97,16 @@ end
 
 local Req = {}
 
+local function is_req(self) return type(self) == "table" and rawget(self, "_s") ~= nil end
+
 -- Returns the whole body, waiting for it. When the request is over before the body is in (the
 -- client left; past body_bytes the engine already answered 413) it raises an abort error.
 function Req:body()
+    if not is_req(self) then raise("req:body() is a method: call it with a colon") end
     local cached = rawget(self, "_body")
     if cached then return cached end
     local body, err = core_body(rawget(self, "_s"), rawget(self, "_g"))
+    if body == false then raise(err) end -- waited outside its own handler, or twice at once
     if not body then error(errors.aborted(err), 0) end
     rawset(self, "_body", body)
     return body
@@ -108,6 +114,7 @@ end
 
 -- The body decoded as JSON; a body that is not JSON answers 400 unless the handler catches it.
 function Req:json()
+    if not is_req(self) then raise("req:json() is a method: call it with a colon") end
     cjson_safe = cjson_safe or require "cjson.safe"
     local v, derr = cjson_safe.decode(self:body())
     if v == nil and derr then error(errors.http(400, "invalid JSON: " .. derr), 0) end

@@ -1,13 +1,40 @@
 -- khamsin.response: the `res` object and the turning of a handler's return values into a reply.
+-- The forms are body | status, body | status, body, headers; a status is a number (an integer
+-- from 200 to 999). Anything else is refused with a message naming the handler's file:line (a
+-- 500), never guessed at or dropped: a string status ("201", "x"), a nil first value followed by
+-- more (a failed call's nil, err), a fourth value, a body on a 204/304, a header name or value
+-- the engine refuses.
 local core = require "khamsin.core"
 local cjson -- loaded on the first table body (a dlopen saved at start-up)
 local errors = require "khamsin.errors"
 
-local type, tostring, rawget, setmetatable, pairs = type, tostring, rawget, setmetatable, pairs
+local type, tostring, rawget, setmetatable, pairs, pcall, format =
+    type, tostring, rawget, setmetatable, pairs, pcall, string.format
 local lower = string.lower
 local respond, log = core.respond, core.log
+local raise = errors.raise
+errors.own()
 
 local M = {}
+
+-- A value as a message shows it: 99, "201" (a string), a table.
+local function describe(v)
+    local t = type(v)
+    if t == "number" then return tostring(v) end
+    if t == "string" then
+        if #v > 40 then v = v:sub(1, 40) .. "..." end
+        return format("%q (a string)", v)
+    end
+    return "a " .. t
+end
+M.describe = describe
+
+local function json_body(who, body)
+    cjson = cjson or require "cjson"
+    local ok, out = pcall(cjson.encode, body)
+    if not ok then raise(who .. " a table that cannot be sent as JSON: " .. tostring(out)) end
+    return out
+end
 
 local TEXT = "text/plain; charset=utf-8"
 local JSON = "application/json"
@@ -30,6 +57,12 @@ local Res = {}
 -- headers) from a timer, another request, the pool, or another worker (k.resolve(d.id, ...)).
 -- opts.timeout (seconds; default the defer_timeout_ms limit) answers 504 when it passes.
 function Res:defer(opts)
+    if type(self) ~= "table" or rawget(self, "_s") == nil then
+        raise("res:defer() is a method: call it with a colon")
+    end
+    if opts ~= nil and type(opts) ~= "table" then
+        raise("res:defer{timeout = seconds}: the options are a table, got " .. describe(opts))
+    end
     return M.deferred().new(self, opts)
 end
 
@@ -66,36 +99,69 @@ local function merge(base, extra)
     return out
 end
 
--- return body | status, body | status, body, headers
-function M.finish(res, a, b, c)
+local function valid_status(st)
+    return type(st) == "number" and st % 1 == 0 and st >= 200 and st <= 999
+end
+
+-- return body | status, body | status, body, headers. `who` starts messages ("the handler
+-- returned", "d:send got").
+function M.finish(res, a, b, c, who)
+    who = who or "d:send got"
     local status, body, headers
     if type(a) == "number" then
         status, body, headers = a, b, c
+        if not valid_status(status) then
+            raise(who .. " the status " .. describe(status) .. ": a status is an integer from "
+                .. "200 to 999")
+        end
     else
-        status, body = rawget(res, "status") or 200, a
-    end
-    if status ~= status or status < 200 or status > 999 or status % 1 ~= 0 then
-        error("invalid status " .. tostring(status), 0)
+        if b ~= nil or c ~= nil then
+            if a == nil then
+                raise(who .. " nil, " .. describe(b) .. " (a failed call's nil, err?): to "
+                    .. "answer an error, give a status (500, err) or use k.fail")
+            end
+            raise(who .. " " .. describe(a) .. ", " .. describe(b) .. ": a status must be a "
+                .. "number (the forms are body | status, body | status, body, headers)")
+        end
+        status, body = rawget(res, "status"), a
+        if status == nil then
+            status = 200
+        elseif not valid_status(status) then
+            raise("res.status is " .. describe(status) .. ": a status is an integer from 200 "
+                .. "to 999")
+        end
     end
     if headers ~= nil and type(headers) ~= "table" then
-        error("response headers must be a table, got a " .. type(headers), 0)
+        raise(who .. " the headers " .. describe(headers) .. ": headers are a table")
     end
-    headers = merge(rawget(res, "headers"), headers)
+    local rh = rawget(res, "headers")
+    if rh ~= nil and type(rh) ~= "table" then
+        raise("res.headers is " .. describe(rh) .. ": headers are a table")
+    end
+    headers = merge(rh, headers)
     local ctype
     local t = type(body)
     if t == "string" then
         ctype = TEXT
     elseif t == "table" then
-        cjson = cjson or require "cjson"
-        body, ctype = cjson.encode(body), JSON
+        body, ctype = json_body(who, body), JSON
     elseif t == "nil" then
         body = ""
     elseif t == "number" then
         body, ctype = tostring(body), TEXT
     else
-        error("a handler returned a " .. t .. " as the body (expected a string or a table)", 0)
+        raise(who .. " " .. describe(body) .. " as the body (a body is a string, a table sent "
+            .. "as JSON, a number or nil)")
     end
-    respond(res._s, res._g, status, body, headers, ctype)
+    if status == 204 or status == 304 then
+        if body ~= "" then
+            raise(who .. " a " .. #body .. "-byte body with the status " .. status .. ", which "
+                .. "has none (RFC 9110 §15.3.5, §15.4.5)")
+        end
+        ctype = nil
+    end
+    local ok, err = respond(res._s, res._g, status, body, headers, ctype)
+    if ok == false then raise(err) end -- a header the engine refuses, a second answer
 end
 
 -- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500).
@@ -108,8 +174,23 @@ function M.fail(req, res, e)
         return
     end
     if errors.is_http(e) then
-        local msg = tostring(e.message or "")
-        respond(res._s, res._g, e.status, msg .. "\n", nil, TEXT)
+        local msg = e.message
+        if e.status == 204 or e.status == 304 then -- no content (RFC 9110 §15.3.5, §15.4.5)
+            respond(res._s, res._g, e.status, "", nil, nil)
+            return
+        end
+        if type(msg) == "table" then -- k.fail(400, {error = "bad"}): JSON, as a returned table
+            cjson = cjson or require "cjson"
+            local ok, out = pcall(cjson.encode, msg)
+            if ok then
+                respond(res._s, res._g, e.status, out, nil, JSON)
+                return
+            end
+            msg = "(k.fail's table message cannot be sent as JSON: " .. tostring(out) .. ")"
+        elseif msg == nil then
+            msg = core.reason(e.status) -- k.fail(404): "Not Found"
+        end
+        respond(res._s, res._g, e.status, tostring(msg) .. "\n", nil, TEXT)
         return
     end
     local tb = type(e) == "table" and e.traceback or tostring(e)

@@ -4,9 +4,14 @@
 -- Values: strings, numbers, booleans (nil deletes). Keys: strings. The memory is fixed (an arena
 -- of `bytes`); when it is full, set/add/incr evict expired entries, then the least recently used
 -- ones; an entry larger than the largest block (power of two <= bytes) is nil, "no memory".
+-- Wrong arguments are refused here, in Lua, with messages that name the app's line
+-- (errors.raise) and count arguments as the app wrote them (d:set(key, value, ttl)).
 local core = require "khamsin.core"
+local errors = require "khamsin.errors"
+errors.own()
 
-local setmetatable, error, type = setmetatable, error, type
+local setmetatable, getmetatable, type, tostring = setmetatable, getmetatable, type, tostring
+local raise = errors.raise
 local get, set, incr, delete = core.shdict_get, core.shdict_set, core.shdict_incr, core.shdict_delete
 
 local M = {}
@@ -15,17 +20,74 @@ local dicts = {}
 local Dict = {}
 Dict.__index = Dict
 
-function Dict:get(key) return get(self._d, key) end
+local function check(self, what, key)
+    if getmetatable(self) ~= Dict then
+        raise("dict:" .. what .. "() is a method: call it with a colon")
+    end
+    local t = type(key)
+    if t ~= "string" and t ~= "number" then
+        raise("dict:" .. what .. "(key, ...): key must be a string, got a " .. t)
+    end
+end
+
+local function check_value(what, value)
+    local t = type(value)
+    if t ~= "string" and t ~= "number" and t ~= "boolean" and t ~= "nil" then
+        raise("dict:" .. what .. "(key, value, ttl): values are strings, numbers, booleans or "
+            .. "nil, got a " .. t)
+    end
+end
+
+local function check_ttl(what, ttl)
+    if ttl ~= nil and (type(ttl) ~= "number" or not (ttl >= 0 and ttl <= 1e9)) then
+        raise("dict:" .. what .. "(...): ttl must be seconds from 0 (none) to 1e9, got "
+            .. (type(ttl) == "number" and tostring(ttl) or "a " .. type(ttl)))
+    end
+end
+
+function Dict:get(key)
+    check(self, "get", key)
+    return get(self._d, key)
+end
 -- set(key, value, ttl_seconds?) -> true, nil, evicted | nil, "no memory"
-function Dict:set(key, value, ttl) return set(self._d, key, value, ttl, false) end
+function Dict:set(key, value, ttl)
+    check(self, "set", key)
+    check_value("set", value)
+    check_ttl("set", ttl)
+    return set(self._d, key, value, ttl, false)
+end
 -- add: only when absent -> true | false, "exists" | nil, "no memory"
-function Dict:add(key, value, ttl) return set(self._d, key, value, ttl, true) end
+function Dict:add(key, value, ttl)
+    check(self, "add", key)
+    check_value("add", value)
+    check_ttl("add", ttl)
+    return set(self._d, key, value, ttl, true)
+end
 -- incr(key, by = 1, init?, ttl?) -> new value | nil, "not found" | "not a number"
-function Dict:incr(key, by, init, ttl) return incr(self._d, key, by or 1, init, ttl) end
-function Dict:delete(key) return delete(self._d, key) end
-function Dict:flush_all() core.shdict_flush(self._d) end
+function Dict:incr(key, by, init, ttl)
+    check(self, "incr", key)
+    if by ~= nil and type(by) ~= "number" then
+        raise("dict:incr(key, by, init, ttl): by must be a number, got a " .. type(by))
+    end
+    if init ~= nil and type(init) ~= "number" then
+        raise("dict:incr(key, by, init, ttl): init must be a number, got a " .. type(init))
+    end
+    check_ttl("incr", ttl)
+    return incr(self._d, key, by or 1, init, ttl)
+end
+function Dict:delete(key)
+    check(self, "delete", key)
+    return delete(self._d, key)
+end
+function Dict:flush_all()
+    if getmetatable(self) ~= Dict then raise("dict:flush_all() is a method: call it with a colon") end
+    core.shdict_flush(self._d)
+end
 -- count, bytes used, capacity
-function Dict:stats() return core.shdict_stats(self._d) end
+function Dict:stats()
+    if getmetatable(self) ~= Dict then raise("dict:stats() is a method: call it with a colon") end
+    return core.shdict_stats(self._d)
+end
 
 local function wrap(name, d)
     local o = dicts[name]
@@ -37,9 +99,16 @@ local function wrap(name, d)
 end
 
 function M.declare(name, bytes)
-    if type(name) ~= "string" then error("k.shared_dict(name, bytes): name must be a string", 2) end
-    if type(bytes) ~= "number" then error("k.shared_dict(name, bytes): bytes must be a number", 2) end
-    return wrap(name, core.shdict_declare(name, bytes))
+    if type(name) ~= "string" then
+        raise("k.shared_dict(name, bytes): name must be a string, got a " .. type(name))
+    end
+    if type(bytes) ~= "number" or not (bytes >= 4096 and bytes <= 1099511627776) then
+        raise("k.shared_dict(name, bytes): bytes must be a number from 4096 to 1 TiB, got "
+            .. (type(bytes) == "number" and tostring(bytes) or "a " .. type(bytes)))
+    end
+    local d, err = core.shdict_declare(name, bytes)
+    if not d then raise("k.shared_dict: " .. err) end -- declared before with another size
+    return wrap(name, d)
 end
 
 function M.get(name)
@@ -47,8 +116,8 @@ function M.get(name)
     if o then return o end
     local d = core.shdict_find(name)
     if not d then
-        error("k.shared: no dict named '" .. tostring(name) .. "' (declare it with "
-            .. "k.shared_dict(name, bytes) while the script loads)", 2)
+        raise("k.shared: no dict named '" .. tostring(name) .. "' (declare it with "
+            .. "k.shared_dict(name, bytes) while the script loads)")
     end
     return wrap(name, d)
 end

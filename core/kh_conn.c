@@ -41,8 +41,11 @@ static const struct {
  * piece completes when it enters the kernel, and a full send buffer (autotuned to MBs) wakes
  * the writer only after a third of it drained, so a steady 100 KB/s reader can show no
  * completion for many seconds; pieces would also cost a loop turn each (write_cb is deferred)
- * on fast large responses. The checks cost nothing on the fast path (a write that completes
- * within one check interval never makes the ioctl): bench/http1.sh runs with none at all. */
+ * on fast large responses. The checks cost nothing on the keep-alive fast path: a response
+ * that leaves in uv_try_write arms no check, and one that completes within a check interval
+ * never makes the ioctl (bench/callgrind.sh, hello world: 7,515 / 7,594 / 7,581 instructions
+ * per request before, 7,614 / 7,567 / 7,569 after, i.e. within its noise; bench/http1.sh was
+ * too noisy on the shared 2-core box to show anything either way). */
 typedef struct kh_write_op {
     uv_write_t req;
     kh_conn *c;

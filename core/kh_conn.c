@@ -493,6 +493,9 @@ static void write_out(kh_conn *c, int batch)
     }
     c->writing = op;
     op->unacked = unacked(c);
+    /* the loop's cached time can be well behind when a handler ran long in this turn, and the
+     * checks would count that time as a stall */
+    uv_update_time(&c->w->loop);
     op->progress_ms = uv_now(&c->w->loop);
     kh_timeq_add(&c->w->timeq[KH_TO_WRITE_CHECK], &c->timer, op->progress_ms);
 }

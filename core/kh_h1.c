@@ -446,8 +446,9 @@ static void h1_on_timeout(kh_conn *c, int kind)
 }
 
 /* The flush pass is about to write: end an output wait once the queue is below half the mark.
- * Returns 1 while still waiting, so that if the socket takes everything now (no write_cb will
- * come) the flush runs again and sees the queue empty. */
+ * Returns 1 while still waiting: kh_conn then writes through uv_write, whose callback runs the
+ * next flush a loop turn later even if the socket takes everything now, so a client that reads
+ * as fast as we answer gets one answer per loop turn, not the whole pipeline in one pass. */
 static int h1_on_flush(kh_conn *c)
 {
     h1_conn *h = H(c);

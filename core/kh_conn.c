@@ -9,7 +9,9 @@
 #include "kh_conn.h"
 
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 
 #include "kh_err.h"
 #include "kh_h1.h"
@@ -28,12 +30,29 @@ static const struct {
     {"http/1.1", &kh_h1_proto, kh_h1_start},
 };
 
-/* The one write libuv holds for a connection: the bytes must live until write_cb (libuv). */
+/* The one write libuv holds for a connection: the bytes must live until write_cb (libuv).
+ * uv_write calls back only once the whole buffer is in the kernel, which for a slow reader can
+ * take far longer than write_timeout_ms while bytes flow all along; so the write timeout does
+ * not time the op. While an op is pending the conn's timer sits in the KH_TO_WRITE_CHECK queue
+ * (write_timeout_ms / 4); each check compares what the peer has not acknowledged yet (libuv's
+ * queue plus the kernel's send queue, SIOCOUTQ) with the last check: less is progress. The
+ * connection is closed once write_timeout_ms passes with no progress, i.e. after a stall of
+ * write_timeout_ms to 1.25 x that (plus the tick). Why not write in bounded pieces instead: a
+ * piece completes when it enters the kernel, and a full send buffer (autotuned to MBs) wakes
+ * the writer only after a third of it drained, so a steady 100 KB/s reader can show no
+ * completion for many seconds; pieces would also cost a loop turn each (write_cb is deferred)
+ * on fast large responses. The checks cost nothing on the keep-alive fast path: a response
+ * that leaves in uv_try_write arms no check, and one that completes within a check interval
+ * never makes the ioctl (bench/callgrind.sh, hello world: 7,515 / 7,594 / 7,581 instructions
+ * per request before, 7,614 / 7,567 / 7,569 after, i.e. within its noise; bench/http1.sh was
+ * too noisy on the shared 2-core box to show anything either way). */
 typedef struct kh_write_op {
     uv_write_t req;
     kh_conn *c;
     kh_buf buf;
     size_t off;
+    size_t unacked;       /* what unacked() returned at the last progress */
+    uint64_t progress_ms; /* loop time of the last progress (the op's start, at first) */
 } kh_write_op;
 
 static void on_close(uv_handle_t *h);
@@ -277,9 +296,26 @@ void kh_conn_write(kh_conn *c, const void *p, size_t n)
     kh_worker_schedule_flush(c->w, c);
 }
 
+/* Bytes written by the app and not yet acknowledged by the peer: libuv's write queue plus the
+ * socket's send queue (Linux SIOCOUTQ: unsent + unacknowledged; 0 where unsupported, then only
+ * libuv's queue counts). Over TLS, ciphertext bytes. */
+static size_t unacked(kh_conn *c)
+{
+    size_t n = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    uv_os_fd_t fd;
+    int q = 0;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0)
+        n += (size_t)q;
+    return n;
+}
+
 static void apply_timer(kh_conn *c)
 {
-    int kind = c->writing ? KH_TO_WRITE : c->timer_kind;
+    /* a pending write keeps its progress checks (write_out arms them); the protocol's kind is
+     * recorded in timer_kind and applies again when the write completes */
+    if (c->writing && !(c->flags & (KH_CONN_F_LINGERING | KH_CONN_F_CLOSING)))
+        return;
+    int kind = c->timer_kind;
     if (c->flags & KH_CONN_F_LINGERING)
         kind = KH_TO_LINGER;
     if (kind == KH_TO_NONE || (c->flags & KH_CONN_F_CLOSING))
@@ -297,11 +333,27 @@ void kh_conn_set_timeout(kh_conn *c, int kind)
 void kh__conn_on_timer(kh_timer *t, int kind)
 {
     kh_conn *c = KH_CONTAINER_OF(t, kh_conn, timer);
-    /* a write libuv holds has stalled; KH_TO_WRITE without one was set by the protocol (h2: a
-     * response held back by the peer's window) and is the protocol's to handle */
-    if (kind == KH_TO_WRITE && c->writing) {
-        KH_LOG_DEBUG("c%u write stalled: closing", c->id);
-        kh_conn_close(c);
+    /* KH_TO_WRITE is the protocol's (h2: a response held back by the peer's window); the
+     * socket's own write stalls are timed by KH_TO_WRITE_CHECK */
+    if (kind == KH_TO_WRITE_CHECK) {
+        kh_write_op *op = c->writing;
+        if (op == NULL) {
+            apply_timer(c);
+            return;
+        }
+        uint64_t now = uv_now(&c->w->loop);
+        size_t left = unacked(c);
+        if (left < op->unacked) {
+            op->unacked = left;
+            op->progress_ms = now;
+        }
+        if (now - op->progress_ms >= c->w->limits->write_timeout_ms) {
+            KH_LOG_DEBUG("c%u write stalled (%zu bytes unacknowledged for %llu ms): closing",
+                         c->id, left, (unsigned long long)(now - op->progress_ms));
+            kh_conn_close(c);
+            return;
+        }
+        kh_timeq_add(&c->w->timeq[KH_TO_WRITE_CHECK], &c->timer, now);
     } else if (kind == KH_TO_LINGER) {
         kh_conn_close(c);
     } else if (kind == KH_TO_TLS_HANDSHAKE) {
@@ -398,8 +450,12 @@ static void write_cb(uv_write_t *req, int status)
 
 /* Writes c->out (over TLS: the ciphertext kh_tls made of it): try the socket directly first
  * (most responses leave in this one syscall), then hand the rest to libuv with the buffer moved
- * into the write op. */
-static void write_out(kh_conn *c)
+ * into the write op. With `batch` (the protocol has more to send, or waits for the queue to
+ * drain before it reads again) everything goes through uv_write: libuv still writes at once,
+ * but its callback, which runs the next flush, comes on the next loop turn even when the socket
+ * took it all. So a connection whose peer reads as fast as we write (pipelined large responses,
+ * a big h2 download) moves one batch per loop turn instead of holding the whole flush pass. */
+static void write_out(kh_conn *c, int batch)
 {
     if (c->writing)
         return;
@@ -411,7 +467,7 @@ static void write_out(kh_conn *c)
     if (src->len == 0)
         return;
     uv_buf_t b = uv_buf_init(src->base, (unsigned)src->len);
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    int n = batch ? 0 : uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
     if (n == (int)src->len) {
         src->len = 0;
         kh_buf_release(src, &c->w->bufs);
@@ -436,7 +492,12 @@ static void write_out(kh_conn *c)
         return;
     }
     c->writing = op;
-    apply_timer(c);
+    op->unacked = unacked(c);
+    /* the loop's cached time can be well behind when a handler ran long in this turn, and the
+     * checks would count that time as a stall */
+    uv_update_time(&c->w->loop);
+    op->progress_ms = uv_now(&c->w->loop);
+    kh_timeq_add(&c->w->timeq[KH_TO_WRITE_CHECK], &c->timer, op->progress_ms);
 }
 
 void kh__conn_flush(kh_conn *c)
@@ -458,17 +519,17 @@ void kh__conn_flush(kh_conn *c)
         if (c->flags & KH_CONN_F_CLOSING)
             return;
     }
-    write_out(c);
+    write_out(c, more);
     if (c->flags & KH_CONN_F_CLOSING)
         return;
     if (more && !c->writing)
-        kh_worker_schedule_flush(c->w, c);
+        kh_worker_schedule_flush(c->w, c); /* nothing was left to write: ask again now */
     if ((c->flags & KH_CONN_F_CLOSE_AFTER_WRITE) && !c->writing && c->out.len == 0 &&
         !(c->flags & KH_CONN_F_LINGERING)) {
         /* TLS: close_notify goes out before our FIN (RFC 8446 §6.1), so that the peer can
          * tell a complete response from a truncation. */
         if (c->tls && kh_tls_close_notify(c->tls)) {
-            write_out(c);
+            write_out(c, 0);
             if ((c->flags & KH_CONN_F_CLOSING) || c->writing)
                 return; /* write_cb schedules the next flush */
         }

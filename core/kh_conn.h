@@ -33,9 +33,11 @@ typedef struct kh_proto_vt {
     /* The connection is closing: reset every stream, free protocol state. */
     void (*on_close)(kh_conn *c);
     /* Optional: the flush pass is about to write; a protocol that encodes lazily (h2: nghttp2's
-     * mem_send) moves its pending frames into c->out here, as much as it wants queued. Returns
-     * nonzero when it stopped at its high-water mark with more to send: if the socket then takes
-     * everything at once, the flush runs again (no write_cb will come to ask). */
+     * mem_send) moves its pending frames into c->out here, as much as it wants queued, and one
+     * that paused its input for output backpressure (h1, h2) resumes it here. Returns nonzero
+     * when it stopped at its high-water mark with more to send, or still waits for the queue to
+     * drain: the bytes then go through uv_write, whose callback runs the flush again on the next
+     * loop turn even if the socket took everything at once (one batch per turn, see write_out). */
     int (*on_flush)(kh_conn *c);
 } kh_proto_vt;
 
@@ -94,7 +96,9 @@ size_t kh_conn_out_pending(const kh_conn *c);
 void kh_conn_pause(kh_conn *c);
 void kh_conn_resume(kh_conn *c);
 
-/* Which timeout applies now (KH_TO_*); restarts its clock. */
+/* Which timeout applies now (KH_TO_*); restarts its clock. While a socket write is pending its
+ * progress checks run instead (write_timeout_ms without progress closes the connection, see
+ * kh_write_op in kh_conn.c), and the protocol's kind applies again once the write completes. */
 void kh_conn_set_timeout(kh_conn *c, int kind);
 
 /* Sends what is queued, then closes: FIN, drain input for lingering_close_ms, close. */

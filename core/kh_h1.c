@@ -6,7 +6,10 @@
  * Never: touches the socket, the loop or Lua.
  *
  * One request at a time: while a response is pending, input is paused and pipelined bytes wait
- * in the conn's `in` buffer, so answers leave in request order without a queue of streams. */
+ * in the conn's `in` buffer, so answers leave in request order without a queue of streams.
+ * Output backpressure (out_full): the next request is not parsed, nor more input read, while
+ * h1_out_high_water bytes or more wait for the socket, so a connection holds at most the mark
+ * plus one response (and one read of input) however many requests it pipelines. */
 #include "kh_h1.h"
 
 #include <stdio.h>
@@ -27,6 +30,7 @@ enum h1_phase {
 enum {
     H1_SHUTDOWN = 1u << 0, /* graceful stop: close after the current response */
     H1_SEEN = 1u << 1,     /* a request was read: the h2 preface can no longer come */
+    H1_OUT_WAIT = 1u << 2, /* input paused until the output queue drains below the low mark */
 };
 
 typedef struct h1_conn {
@@ -86,6 +90,15 @@ static void reply_error(kh_conn *c, int status, const char *reason)
     kh_conn_close_after_write(c);
 }
 
+/* Output backpressure: a client that pipelines requests and reads no answers must not make us
+ * queue every answer. Past h1_out_high_water bytes queued for the socket (out plus the write in
+ * flight), the next request waits unparsed and reading stops; h1_on_flush resumes both once the
+ * queue is below half the mark (on a write's completion, or when the socket took it all). */
+static int out_full(kh_conn *c)
+{
+    return kh_conn_out_pending(c) >= c->w->limits->h1_out_high_water;
+}
+
 /* The request is fully read and its response complete: get ready for the next one. */
 static void finish_request(kh_conn *c)
 {
@@ -104,6 +117,12 @@ static void finish_request(kh_conn *c)
     h->prev_len = 0;
     c->flags &= ~KH_CONN_F_HAS_INPUT;
     kh_conn_set_timeout(c, c->in.len ? KH_TO_HEADER : KH_TO_IDLE);
+    if (out_full(c)) {
+        h->flags |= H1_OUT_WAIT;
+        kh_conn_pause(c);
+        kh_worker_schedule_flush(c->w, c); /* h1_on_flush watches the queue from now on */
+        return;
+    }
     kh_conn_resume(c);
 }
 
@@ -317,6 +336,10 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
     while (off < n && !(c->flags & KH_CONN_F_CLOSING)) {
         switch (h->phase) {
         case PH_HEAD: {
+            if (h->flags & H1_OUT_WAIT) {
+                kh_conn_pause(c); /* the rest waits in `in` for h1_on_flush */
+                return off;
+            }
             if (!(h->flags & H1_SEEN) && off == 0) {
                 /* RFC 9113 §3.3: HTTP/2 with prior knowledge starts with the preface, which
                  * the HTTP/1.1 parser would refuse: hand the connection over untouched */
@@ -407,6 +430,10 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
     /* the body has not (fully) arrived: the handler runs now and waits for it if it asks */
     if (h->phase == PH_BODY && h->s && !HS(h->s)->dispatched && !(c->flags & KH_CONN_F_CLOSING))
         dispatch(c, h->s);
+    /* every byte was a complete request: finish_request, called while they were still in `in`
+     * (fed again after a pause), took them for the start of a next head; the connection is idle */
+    if (h->phase == PH_HEAD && c->timer_kind == KH_TO_HEADER && !(c->flags & KH_CONN_F_CLOSING))
+        kh_conn_set_timeout(c, KH_TO_IDLE);
     return off;
 }
 
@@ -453,6 +480,22 @@ static void h1_on_timeout(kh_conn *c, int kind)
     }
 }
 
+/* The flush pass is about to write: end an output wait once the queue is below half the mark.
+ * Returns 1 while still waiting: kh_conn then writes through uv_write, whose callback runs the
+ * next flush a loop turn later even if the socket takes everything now, so a client that reads
+ * as fast as we answer gets one answer per loop turn, not the whole pipeline in one pass. */
+static int h1_on_flush(kh_conn *c)
+{
+    h1_conn *h = H(c);
+    if (!(h->flags & H1_OUT_WAIT))
+        return 0;
+    if (kh_conn_out_pending(c) >= c->w->limits->h1_out_high_water / 2)
+        return 1;
+    h->flags &= ~H1_OUT_WAIT;
+    kh_conn_resume(c); /* the next flush pass parses what waits in `in`, and reads again */
+    return 0;
+}
+
 static void h1_on_shutdown(kh_conn *c)
 {
     h1_conn *h = H(c);
@@ -481,6 +524,7 @@ const kh_proto_vt kh_h1_proto = {
     .on_timeout = h1_on_timeout,
     .on_shutdown = h1_on_shutdown,
     .on_close = h1_on_close,
+    .on_flush = h1_on_flush,
 };
 
 /* ---- sink: the response side ---- */

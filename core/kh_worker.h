@@ -59,6 +59,7 @@ enum kh_timeout_kind {
     KH_TO_WRITE,
     KH_TO_LINGER,
     KH_TO_TLS_HANDSHAKE,
+    KH_TO_WRITE_CHECK, /* kh_conn's progress checks of a pending socket write (write_timeout / 4) */
     KH_TO__COUNT
 };
 

@@ -364,7 +364,9 @@ describe("limits", function()
         it("drops a connection whose peer stops reading", function()
             local c = srv:raw_conn { rcvbuf = 4096 }
             c:send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
-            server.sleep(1.5) -- read nothing: the server's writes stall
+            -- the first bytes (building 32 MiB can take a loaded ASan build a second or more)
+            assert.truthy(server.wait_until(20, function() return #c.buf > 0 or c:fill(0.1) ~= "" end))
+            server.sleep(1.5) -- then read nothing: the server's writes stall
             local t0 = server.now()
             local data, closed = c:read_until_close(5)
             local why = string.format("%d bytes read in %.2f s after the stall, close: %s", #data,

@@ -28,8 +28,10 @@
  *   match no route; an absolute-form target's path (h1 parser) is normalised like any other.
  * The query is not touched (req.query stays raw; req.args decodes it as a form).
  *
- * Cost: the fast path (no '%', no "//", no dot segment, plain bytes) is one table lookup per
- * byte, then memcpy; the slow path is one pass that never writes ahead of what it read. */
+ * Cost: the fast path (no '%', no "//", no "/.", plain bytes) copies and checks in one loop,
+ * one automaton step per byte; it replaces the plain copy kh_stream_set_head made of the path.
+ * callgrind, gcc -O2, instructions per call: "/" 26 (the copy: 25), "/hello" 74 (65), a 24-byte
+ * path 254 (209). The slow path is one pass that never writes ahead of what it read. */
 #include "kh_path.h"
 
 #include <stdint.h>
@@ -57,6 +59,47 @@ static const uint8_t cls[256] = {
     /* 0xD0 */ 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
     /* 0xE0 */ 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
     /* 0xF0 */ 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
+};
+/* clang-format on */
+
+/* clang-format off */
+/* The fast path's automaton, indexed by state << 8 | byte: state 0 (inside a segment), 1 (just
+ * after a '/'), 2 (leave for the slow path). From state 1 a '/' or a '.' leaves: "//" must be
+ * merged and "/." may start a dot segment (or only "/.well-known": the slow path sorts it out).
+ * A '%' or a byte of class C_BAD leaves from either state. Generated from cls. */
+static const uint8_t fast[512] = {
+    /* elsewhere 0x00 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0x10 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0x20 */ 2, 0, 0, 2, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+    /* elsewhere 0x30 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2,
+    /* elsewhere 0x40 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* elsewhere 0x50 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,
+    /* elsewhere 0x60 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* elsewhere 0x70 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2,
+    /* elsewhere 0x80 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0x90 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0xA0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0xB0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0xC0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0xD0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0xE0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* elsewhere 0xF0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0x00 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0x10 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0x20 */ 2, 0, 0, 2, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2,
+    /* after '/' 0x30 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2,
+    /* after '/' 0x40 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* after '/' 0x50 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,
+    /* after '/' 0x60 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* after '/' 0x70 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2,
+    /* after '/' 0x80 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0x90 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0xA0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0xB0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0xC0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0xD0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0xE0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    /* after '/' 0xF0 */ 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
 };
 /* clang-format on */
 
@@ -118,23 +161,8 @@ static int utf8_feed(utf8 *u, unsigned b)
     return 0;
 }
 
-/* The fast path's question: does the byte after the '/' at i start a segment that needs work
- * ("" from "//", "." or "..")? */
-static int dot_or_empty_next(const unsigned char *p, size_t i, size_t len)
-{
-    if (i + 1 >= len)
-        return 0;
-    unsigned char c = p[i + 1];
-    if (c == '/')
-        return 1;
-    if (c != '.')
-        return 0;
-    if (i + 2 >= len || p[i + 2] == '/')
-        return 1;
-    return p[i + 2] == '.' && (i + 3 >= len || p[i + 3] == '/');
-}
-
-static ssize_t slow(const unsigned char *in, size_t len, char *out, unsigned flags)
+__attribute__((noinline)) static ssize_t slow(const unsigned char *in, size_t len, char *out,
+                                              unsigned flags)
 {
     int pattern = (flags & KH_PATH_PATTERN) != 0;
     utf8 u = {0, 0x80, 0xBF};
@@ -221,14 +249,17 @@ ssize_t kh_path_normalize(const char *in, size_t len, char *out, unsigned flags)
     }
     if (p[0] != '/')
         return KH_PATH_EFORM;
+    /* Copy while checking: the caller copied the path anyway, so a clean path costs one table
+     * lookup per byte more than that copy. */
+    unsigned char *o = (unsigned char *)out;
+    unsigned st = 0;
     for (size_t i = 0; i < len; i++) {
-        unsigned k = cls[p[i]];
-        if (KH_LIKELY(k == C_PLAIN))
-            continue;
-        if (k != C_SLASH || dot_or_empty_next(p, i, len))
+        unsigned c = p[i];
+        o[i] = (unsigned char)c;
+        st = fast[st << 8 | c];
+        if (KH_UNLIKELY(st > 1))
             return slow(p, len, out, flags);
     }
-    memcpy(out, in, len);
     return (ssize_t)len;
 }
 

@@ -39,8 +39,8 @@ enum {
 
 /* Writes the normal form of in[0..len) to out and returns its length, or a KH_PATH_E* code.
  * out must hold len bytes (3 * len in pattern mode); the result is never longer than that, and
- * out must not overlap in. A path with no '%', no "//", no "." or ".." segment and only plain
- * bytes is copied as it is after one table lookup per byte. */
+ * out must not overlap in. A path with no '%', no "//", no "/." and only plain bytes is copied
+ * as it is, checked on the way by one table lookup per byte (the fast path). */
 ssize_t kh_path_normalize(const char *in, size_t len, char *out, unsigned flags);
 
 /* A short static text for a KH_PATH_E* code ("invalid %-escape", ...). */

@@ -1,6 +1,7 @@
 /* kh_stream.c: the protocol-neutral request/response (see kh_stream.h).
- * Owns:  stream pooling and generations, the head arena, the request body buffer, routing and
- *        the replies the engine gives without the app (404, 405, 413).
+ * Owns:  stream pooling and generations, the head arena, the request body buffer, routing (on
+ *        the path's normal form, kh_path.h) and the replies the engine gives without the app
+ *        (400 for a path with no normal form or a param holding "..", 404, 405, 413).
  * In:    kh_stream_on_* from protocols; kh_stream_send_* from the app.
  * Out:   sink calls; kh_app_vt calls; access-log lines.
  * Never: formats wire bytes. */

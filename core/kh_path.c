@@ -15,7 +15,12 @@
  *   see *more* segments and dot segments than we do; the one way that could matter, a param or
  *   splat that holds "..%2F.." which nginx resolved and we did not, is closed by
  *   kh_path_param_ok: the router answers 400 when a captured value would decode to a ".."
- *   segment. The value reaches Lua decoded (req.params), with '/' in it.
+ *   segment (and kh_router_add refuses such a literal). The value reaches Lua decoded
+ *   (req.params), with '/' in it. The other way round, "/q%2Fr/../admin/x" is "/q/admin/x" to
+ *   nginx, whose ".." removes only "r"; removing "q%2Fr" whole would give "/admin/x", so a ".."
+ *   that would remove a segment holding "%2F" (or "%5C") is 400 (KH_PATH_EPOP). With both
+ *   rules, whenever we route, nginx's path is ours with some segments split further, none of
+ *   the pieces "..": if ours starts with "/admin/", so does nginx's.
  * - "//" is merged before dot segments are removed, as nginx does with merge_slashes on (its
  *   default): "/admin//../x" is "/x" to both (RFC 3986 alone would give "/admin/x"). With
  *   merge_slashes off nginx's `location /admin/` does not see "//admin/"; we do: keep it on.
@@ -225,8 +230,14 @@ __attribute__((noinline)) static ssize_t slow(const unsigned char *in, size_t le
                 if (start == 1)
                     return KH_PATH_EROOT;
                 o = start - 1; /* the '/' that ended the previous segment */
-                while (out[o - 1] != '/')
+                while (out[o - 1] != '/') {
                     o--;
+                    /* escapes are upper-case by now: "%2F" or "%5C" in what is removed */
+                    if (out[o] == '%' && o + 2 < start &&
+                        ((out[o + 1] == '2' && out[o + 2] == 'F') ||
+                         (out[o + 1] == '5' && out[o + 2] == 'C')))
+                        return KH_PATH_EPOP;
+                }
             }
         } else if (!last) {
             out[o++] = '/';
@@ -274,6 +285,7 @@ const char *kh_path_strerror(ssize_t code)
     case KH_PATH_EFORM: return "the path does not start with '/'";
     case KH_PATH_EDOT: return "a '.' or '..' segment";
     case KH_PATH_EEMPTY: return "an empty segment ('//')";
+    case KH_PATH_EPOP: return "'..' after a segment with an encoded '/' or '\\'";
     default: return code >= 0 ? "ok" : "invalid path";
     }
 }

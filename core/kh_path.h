@@ -9,7 +9,9 @@
  *   "admin", "%2e%2E" is ".."); every other escape stays encoded with upper-case hex ("%2f" is
  *   "%2F"): an encoded '/' or '\' never becomes a separator here.
  * - runs of '/' are merged (nginx's merge_slashes on), then "." and ".." segments are removed
- *   (RFC 3986 §5.2.4); a ".." with nothing left to remove climbs above the root: KH_PATH_EROOT.
+ *   (RFC 3986 §5.2.4); a ".." with nothing left to remove climbs above the root: KH_PATH_EROOT;
+ *   a ".." that would remove a segment holding "%2F" or "%5C" is KH_PATH_EPOP (a proxy that
+ *   decodes "%2F" sees two segments there, and its ".." removes only one).
  * - refused: '%' without two hex digits, "%00", decoded bytes that are not UTF-8 (overlong,
  *   surrogate, above U+10FFFF, truncated), a raw byte outside 0x21-0x7E, a raw '\' or '#'.
  * - "" and "*" (CONNECT, OPTIONS *) are returned as they are; anything else must start with '/'. */
@@ -30,6 +32,7 @@ enum {
     KH_PATH_EFORM = -6,   /* not "", "*" nor starting with '/' */
     KH_PATH_EDOT = -7,    /* KH_PATH_PATTERN: a "." or ".." segment */
     KH_PATH_EEMPTY = -8,  /* KH_PATH_PATTERN: an empty segment before the last ("//") */
+    KH_PATH_EPOP = -9,    /* ".." would remove a segment holding "%2F" or "%5C" */
 };
 
 /* Pattern mode (route patterns, at load time): raw bytes a request path may not hold are

@@ -436,6 +436,9 @@ static int add_route(kh_router *r, const char *method, size_t method_len, int is
     while (seg_next(&it, &s, &len, &last)) {
         int kind = seg_kind(s, len);
         if (kind == SEG_LIT) {
+            /* "..%2F.." as a literal would be a traversal that a decoding proxy resolved */
+            if (!kh_path_param_ok(s, len))
+                return fail(err, "pattern has a segment that decodes to '..'");
             uint32_t pos;
             n = n ? lit_search(n, s, len, &pos) : NULL;
             continue;

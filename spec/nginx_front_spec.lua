@@ -145,6 +145,10 @@ describe("nginx in front", function()
             -- nginx sees no /admin/ (it decodes %2F): khamsin must not either, or answer 400
             "/files/x%2F..%2F..%2Fadmin", "/files/..%2Fadmin%2Fx", "/admin%2F..%2Fpublic",
             "/x/..%2F..%2Fadmin/y", "/admin/..%2F..%2Fpublic",
+            -- nginx splits "q%2Fr" in two, so its ".." pops only "r": "/q/admin/x", proxied.
+            -- We keep "q%2Fr" whole: a ".." that would pop it is 400, never "/admin/x".
+            "/q%2Fr/../admin/x", "/public%2fx/%2e%2e/admin/x", "/a/b%2F/../../admin/x",
+            "/q%5Cr/../admin/x",
             -- above the root, %00, bad escapes, overlong UTF-8
             "/admin/../../public", "/admin/%00/../public", "/admin/%zz/../public",
             "/admin/%C0%AE%C0%AE/public", "/admin\\..\\public",

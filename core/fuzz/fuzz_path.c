@@ -4,8 +4,9 @@
  * In:    data[0] bit 0: pattern mode (KH_PATH_PATTERN); data[1..] the path.
  * Out:   a trap on any broken property:
  *        - kh_path_normalize agrees with a reference written differently (segments split first,
- *          then a stack for dot segments, UTF-8 checked by decoding code points): both refuse,
- *          or both accept with the same bytes;
+ *          then a stack for dot segments, UTF-8 checked by decoding code points; a ".." may not
+ *          pop a segment holding "%2F" or "%5C"): both refuse, or both accept with the same
+ *          bytes;
  *        - an accepted result fits the bound (len; 3 * len in pattern mode), is a fixed point,
  *          and has no "//", no "." or ".." segment, no escape of an unreserved byte, no
  *          lower-case hex digit in an escape;
@@ -164,6 +165,14 @@ static ssize_t ref_normalize(const unsigned char *in, size_t len, char *out, int
                 goto out;
             }
             sp--;
+            const char *top = text + segs[stack[sp]].off;
+            size_t tl = segs[stack[sp]].len;
+            for (size_t j = 0; j + 3 <= tl; j++)
+                if (top[j] == '%' && ((top[j + 1] == '2' && top[j + 2] == 'F') ||
+                                      (top[j + 1] == '5' && top[j + 2] == 'C'))) {
+                    free(stack);
+                    goto out;
+                }
             trailing = last;
         } else {
             stack[sp++] = k;

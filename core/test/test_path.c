@@ -94,6 +94,8 @@ static void test_normal_form(void)
     ok_path("/%7euser/%5F%2D", "/~user/_-");
     ok_path("/a%2fb", "/a%2Fb");
     ok_path("/a%2Fb/..%2F..%2Fetc", "/a%2Fb/..%2F..%2Fetc");
+    ok_path("/a%2Fb/c/../d", "/a%2Fb/d"); /* the '..' pops "c" only */
+    ok_path("/a%252F/../b", "/b");        /* "%252F" is "%25" then "2F": no encoded '/' */
     ok_path("/a%5cb", "/a%5Cb");
     ok_path("/%25", "/%25");
     ok_path("/%252e%252e", "/%252e%252e"); /* "%25" then raw "2e" */
@@ -116,6 +118,10 @@ static void test_refusals(void)
     bad_path("/%2e%2e/etc/passwd", 18, KH_PATH_EROOT, "encoded .. above the root");
     bad_path("//..", 4, KH_PATH_EROOT, "merged slashes then ..");
     bad_path("/a/%2e%2E/%2E./x", 16, KH_PATH_EROOT, "mixed-case escapes");
+    bad_path("/q%2Fr/../admin/x", 17, KH_PATH_EPOP, ".. pops a segment holding %2F");
+    bad_path("/q%2fr/%2e%2e/admin/x", 21, KH_PATH_EPOP, ".. pops a segment holding %2f");
+    bad_path("/a/x%5Cy/..", 11, KH_PATH_EPOP, ".. pops a segment holding %5C");
+    bad_path("/b%2F/../a", 10, KH_PATH_EPOP, "%2F at the end of the popped segment");
     bad_path("/%zz", 4, KH_PATH_EESCAPE, "non-hex escape");
     bad_path("/a%", 3, KH_PATH_EESCAPE, "truncated escape");
     bad_path("/a%2", 4, KH_PATH_EESCAPE, "truncated escape");

@@ -366,6 +366,8 @@ static void test_traversal(void)
     add_fails(r, "GET", "/a/../b", "pattern has a '.' or '..' segment");
     add_fails(r, "GET", "/a/%2e", "pattern has a '.' or '..' segment");
     add_fails(r, "GET", "/a/%zz", "pattern has an invalid %-escape");
+    add_fails(r, "GET", "/a/..%2Fb", "pattern has a segment that decodes to '..'");
+    add_fails(r, "GET", "/a/%2e%2e%5c", "pattern has a segment that decodes to '..'");
     add_fails(r, "GET", "/a/%00", "pattern has a NUL byte or %00");
     add_fails(r, "GET", "/\xc0\xae", "pattern is not UTF-8");
     kh_router_free(r);

@@ -1,9 +1,10 @@
 /* kh_router.c: route matcher; a tree with one node per path segment.
  * Owns:  every node; a copy of each literal segment, param name and method string it was given.
- * In:    routes at load time (kh_router_add); a method and a raw path per request (match).
- * Out:   the route's value, params as slices into the caller's path, or 404/405 with Allow.
- * Never: allocates, calls strlen/strcmp or writes to the router while matching; decodes '%XX';
- *        knows what a value is.
+ * In:    routes at load time (kh_router_add); a method and a normalised path per request (match).
+ * Out:   the route's value, params as slices into the caller's path, or 404/405 with Allow, or
+ *        400 for a param that would decode to "..".
+ * Never: allocates, calls strlen/strcmp or writes to the router while matching; decodes '%XX'
+ *        (a param is only checked by kh_path_param_ok); knows what a value is.
  *
  * Why a segment tree rather than a compressed radix tree: params and the splat are whole
  * segments, so keying nodes by segment makes the three kinds of edge (literal, :param, *splat)
@@ -18,8 +19,16 @@
  * rule makes consecutive slashes deterministic: "//a" is {"", "a"}, "/a//b" is {"a", "", "b"}.
  * An empty segment matches only an empty literal segment of a pattern (a route written "/a//b"),
  * never a :param (which needs one non-empty segment); a splat captures it like any other byte.
- * The caller normalizes paths first; this is only the safe, deterministic fallback. A path that
- * is empty or does not start with '/' ("*", absolute form) is a 404.
+ * The caller normalises paths first (kh_path_normalize merges "//" and removes dot segments), so
+ * a request never has an inner empty segment; this rule is the safe, deterministic fallback for
+ * a caller that did not. Patterns are normalised by kh_path too (KH_PATH_PATTERN), which refuses
+ * dot segments and inner empty segments in them: a route "/a//b" or "/a/../b" could never match.
+ * A path that is empty or does not start with '/' ("*", absolute form) is a 404.
+ *
+ * Params. A param or splat value is a slice of the (normalised) path: no raw ".." segment is
+ * left in it, but "%2F" and "%5C" are kept encoded by kh_path, so "..%2F.." could decode to one.
+ * After a match, every captured value goes through kh_path_param_ok, and one that fails makes
+ * the result 400 (no backtracking to another route: the request names a traversal).
  *
  * Patterns. A segment starting with ':' is a param, one starting with '*' a splat (last segment
  * only); anything else is literal, ':' and '*' included when not first. Names are [A-Za-z0-9_]+
@@ -31,15 +40,22 @@
  * route. A node answers a request with: the exact method, else GET when the request is HEAD
  * (RFC 9110 §9.3.2), else "any". The match is the first node, in precedence order (literal >
  * param > splat, depth first), whose path matches and which answers the method. If none answers
- * but some node's path matched, the result is 405 with the Allow string of the first such node;
- * it is not a union over every matching node, so overlapping routes that split methods between
- * them list only the higher-precedence node's methods.
+ * but some node's path matched, the result is 405, and Allow is the union of the methods of
+ * every node whose path matched (a failed match has visited them all): every method listed
+ * would be answered for this path, by one route or another.
+ *
+ * Method sets. The router numbers each distinct method (at most 64; the nine well-known ones
+ * are 0-8, in Allow order) and each node keeps a 64-bit set of its methods, so the union is an
+ * OR while matching and one formatting pass into kh_route_match.allow_buf at the end. The list
+ * of every distinct method must fit KH_ROUTER_ALLOW_MAX, which bounds any union.
  *
  * Allow order: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, CONNECT, TRACE (those present), then
  * other methods in ascending byte order. HEAD is listed when GET or HEAD is registered. "*" is
- * never listed (a node with only an "any" route has Allow ""). Rebuilt on each add to the node. */
+ * never listed (a node with only an "any" route has Allow ""). A node's own Allow string (given
+ * with a match) is rebuilt on each add to the node. */
 #include "kh_router.h"
 #include "kh_err.h"
+#include "kh_path.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,11 +79,18 @@ struct route_node {
     uint32_t nhandlers;
     uint32_t has_any;
     intptr_t any_value;
-    char *allow; /* NULL until the node has a handler */
+    uint64_t mset; /* bit i: the node answers method i (GET sets HEAD's bit too) */
+    char *allow;   /* NULL until the node has a handler */
 };
+
+#define MAX_METHODS 64
 
 struct kh_router {
     route_node root; /* the node before the first segment; never holds handlers */
+    kh_str methods[MAX_METHODS]; /* by id; ids >= NKNOWN are owned copies */
+    uint8_t order[MAX_METHODS];  /* ids in Allow order */
+    uint32_t nmethods;
+    size_t allow_all; /* strlen of the Allow list of every method */
 };
 
 enum { SEG_LIT, SEG_PARAM, SEG_SPLAT };
@@ -109,7 +132,8 @@ typedef struct match_ctx {
     kh_str method;
     int is_head;
     kh_route_match *m;
-    const route_node *first; /* first node whose path matched, for the 405 */
+    int matched;      /* some node's path matched (405 rather than 404) */
+    uint64_t allow;   /* the union of those nodes' method sets */
 } match_ctx;
 
 static const intptr_t *node_lookup(const route_node *n, const match_ctx *cx)
@@ -136,8 +160,8 @@ static int match_end(const route_node *n, size_t np, match_ctx *cx)
         return 0;
     const intptr_t *v = node_lookup(n, cx);
     if (v == NULL) {
-        if (cx->first == NULL)
-            cx->first = n;
+        cx->matched = 1;
+        cx->allow |= n->mset;
         return 0;
     }
     cx->m->value = *v;
@@ -179,6 +203,24 @@ static int match_node(const route_node *n, const char *p, size_t np, match_ctx *
     return 0;
 }
 
+/* Writes the methods of set in Allow order into buf (cap >= KH_ROUTER_ALLOW_MAX). */
+static void format_allow(const kh_router *r, uint64_t set, char *buf)
+{
+    char *w = buf;
+    for (uint32_t i = 0; i < r->nmethods; i++) {
+        uint32_t id = r->order[i];
+        if (!(set >> id & 1))
+            continue;
+        if (w != buf) {
+            memcpy(w, ", ", 2);
+            w += 2;
+        }
+        memcpy(w, r->methods[id].ptr, r->methods[id].len);
+        w += r->methods[id].len;
+    }
+    *w = '\0';
+}
+
 int kh_router_match(const kh_router *r, kh_str method, kh_str path, kh_route_match *m)
 {
     m->value = 0;
@@ -193,16 +235,27 @@ int kh_router_match(const kh_router *r, kh_str method, kh_str path, kh_route_mat
         .method = method,
         .is_head = method.len == 4 && memcmp(method.ptr, "HEAD", 4) == 0,
         .m = m,
-        .first = NULL,
+        .matched = 0,
+        .allow = 0,
     };
     if (match_node(&r->root, path.ptr + 1, 0, &cx)) {
         m->status = 0;
-        return 0;
+        for (size_t i = 0; i < m->num_params; i++) {
+            if (KH_UNLIKELY(!kh_path_param_ok(m->params[i].value.ptr, m->params[i].value.len))) {
+                m->value = 0;
+                m->num_params = 0;
+                m->allow = NULL;
+                m->status = 400;
+                break;
+            }
+        }
+        return m->status;
     }
     m->value = 0;
     m->num_params = 0;
-    if (cx.first) {
-        m->allow = cx.first->allow;
+    if (cx.matched) {
+        format_allow(r, cx.allow, m->allow_buf);
+        m->allow = m->allow_buf;
         m->status = 405;
     } else {
         m->status = 404;
@@ -212,9 +265,22 @@ int kh_router_match(const kh_router *r, kh_str method, kh_str path, kh_route_mat
 
 /* ---- building (load time) ---- */
 
+/* The well-known methods, in the order Allow lists them; others follow in byte order. */
+static const char *const allow_order[] = {"GET",    "HEAD",    "POST",    "PUT",  "PATCH",
+                                          "DELETE", "OPTIONS", "CONNECT", "TRACE"};
+#define NKNOWN ((uint32_t)KH_ARRAY_LEN(allow_order))
+enum { ID_GET = 0, ID_HEAD = 1 };
+
 kh_router *kh_router_new(void)
 {
-    return kh_xcalloc(1, sizeof(kh_router));
+    kh_router *r = kh_xcalloc(1, sizeof(kh_router));
+    for (uint32_t i = 0; i < NKNOWN; i++) {
+        r->methods[i] = (kh_str){allow_order[i], strlen(allow_order[i])};
+        r->order[i] = (uint8_t)i;
+        r->allow_all += (i ? 2 : 0) + r->methods[i].len;
+    }
+    r->nmethods = NKNOWN;
+    return r;
 }
 
 static void node_free_children(route_node *n)
@@ -244,6 +310,8 @@ void kh_router_free(kh_router *r)
     if (r == NULL)
         return;
     node_free_children(&r->root);
+    for (uint32_t i = NKNOWN; i < r->nmethods; i++)
+        free((char *)r->methods[i].ptr);
     free(r);
 }
 
@@ -269,60 +337,45 @@ static int is_name_char(unsigned char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-/* The well-known methods, in the order Allow lists them; others follow in byte order. */
-static const char *const allow_order[] = {"GET",    "HEAD",    "POST",    "PUT",  "PATCH",
-                                          "DELETE", "OPTIONS", "CONNECT", "TRACE"};
-
-static size_t method_rank(kh_str m)
+/* The method's id, or -1. */
+static int method_id(const kh_router *r, const char *m, size_t len)
 {
-    for (size_t i = 0; i < KH_ARRAY_LEN(allow_order); i++)
-        if (kh_str_eq(m, allow_order[i], strlen(allow_order[i])))
-            return i;
-    return KH_ARRAY_LEN(allow_order);
+    for (uint32_t i = 0; i < r->nmethods; i++)
+        if (kh_str_eq(r->methods[i], m, len))
+            return (int)i;
+    return -1;
 }
 
-static int allow_cmp(const void *a, const void *b)
+/* Byte order, a shorter prefix first. */
+static int method_cmp(kh_str a, kh_str b)
 {
-    const kh_str *x = a, *y = b;
-    size_t rx = method_rank(*x), ry = method_rank(*y);
-    if (rx != ry)
-        return rx < ry ? -1 : 1;
-    size_t n = KH_MIN(x->len, y->len);
-    int c = memcmp(x->ptr, y->ptr, n);
+    int c = memcmp(a.ptr, b.ptr, KH_MIN(a.len, b.len));
     if (c != 0)
         return c;
-    return x->len < y->len ? -1 : x->len > y->len ? 1 : 0;
+    return a.len < b.len ? -1 : a.len > b.len ? 1 : 0;
 }
 
-static void node_build_allow(route_node *n)
+/* Registers a new method (the caller checked the limits); returns its id. */
+static uint32_t method_add(kh_router *r, const char *m, size_t len)
 {
-    kh_str *list = kh_xmalloc(sizeof(kh_str) * (n->nhandlers + 1));
-    size_t count = 0, bytes = 1;
-    int has_get = 0, has_head = 0;
-    for (uint32_t i = 0; i < n->nhandlers; i++) {
-        kh_str m = {n->handlers[i].method, n->handlers[i].method_len};
-        has_get |= kh_str_eq(m, "GET", 3);
-        has_head |= kh_str_eq(m, "HEAD", 4);
-        list[count++] = m;
+    uint32_t id = r->nmethods++;
+    r->methods[id] = (kh_str){kh_xstrndup(m, len), len};
+    r->allow_all += 2 + len;
+    uint32_t pos = id; /* insertion sort among the custom methods, which follow the known ones */
+    while (pos > NKNOWN && method_cmp(r->methods[r->order[pos - 1]], r->methods[id]) > 0) {
+        r->order[pos] = r->order[pos - 1];
+        pos--;
     }
-    if (has_get && !has_head)
-        list[count++] = KH_STR_LIT("HEAD");
-    qsort(list, count, sizeof(kh_str), allow_cmp);
-    for (size_t i = 0; i < count; i++)
-        bytes += list[i].len + 2;
-    char *s = kh_xmalloc(bytes), *w = s;
-    for (size_t i = 0; i < count; i++) {
-        if (i) {
-            memcpy(w, ", ", 2);
-            w += 2;
-        }
-        memcpy(w, list[i].ptr, list[i].len);
-        w += list[i].len;
-    }
-    *w = '\0';
-    free(list);
+    r->order[pos] = (uint8_t)id;
+    return id;
+}
+
+static void node_build_allow(const kh_router *r, route_node *n)
+{
+    char buf[KH_ROUTER_ALLOW_MAX];
+    format_allow(r, n->mset, buf);
     free(n->allow);
-    n->allow = s;
+    n->allow = kh_xstrndup(buf, strlen(buf));
 }
 
 typedef struct seg_iter {
@@ -362,23 +415,14 @@ static int fail(const char **err, const char *msg)
     return KH_EINVAL;
 }
 
-int kh_router_add(kh_router *r, const char *method, size_t method_len, const char *pattern,
-                  size_t pattern_len, intptr_t value, const char **err)
+/* kh_router_add after the arguments were checked and the pattern normalised. */
+static int add_route(kh_router *r, const char *method, size_t method_len, int is_any,
+                     const char *pattern, size_t pattern_len, intptr_t value, const char **err)
 {
-    const char *unused;
-    if (err == NULL)
-        err = &unused;
-    *err = NULL;
-    if (r == NULL || method == NULL || pattern == NULL)
-        return fail(err, "null argument");
-    if (method_len == 0)
-        return fail(err, "invalid method token");
-    for (size_t i = 0; i < method_len; i++)
-        if (!is_tchar((unsigned char)method[i]))
-            return fail(err, "invalid method token");
-    int is_any = method_len == 1 && method[0] == '*';
-    if (pattern_len == 0 || pattern[0] != '/')
-        return fail(err, "pattern must start with '/'");
+    int mid = is_any ? -1 : method_id(r, method, method_len);
+    if (!is_any && mid < 0 &&
+        (r->nmethods == MAX_METHODS || r->allow_all + 2 + method_len >= KH_ROUTER_ALLOW_MAX))
+        return fail(err, "too many distinct methods");
 
     /* Pass 1: check the whole pattern and walk the existing tree read-only, so that a failed add
      * leaves no trace (a half-built branch could later cause false name conflicts). */
@@ -392,6 +436,9 @@ int kh_router_add(kh_router *r, const char *method, size_t method_len, const cha
     while (seg_next(&it, &s, &len, &last)) {
         int kind = seg_kind(s, len);
         if (kind == SEG_LIT) {
+            /* "..%2F.." as a literal would be a traversal that a decoding proxy resolved */
+            if (!kh_path_param_ok(s, len))
+                return fail(err, "pattern has a segment that decodes to '..'");
             uint32_t pos;
             n = n ? lit_search(n, s, len, &pos) : NULL;
             continue;
@@ -456,7 +503,52 @@ int kh_router_add(kh_router *r, const char *method, size_t method_len, const cha
         w->handlers = kh_xrealloc(w->handlers, sizeof(*w->handlers) * (w->nhandlers + 1));
         w->handlers[w->nhandlers++] =
             (route_handler){kh_xstrndup(method, method_len), method_len, value};
+        if (mid < 0)
+            mid = (int)method_add(r, method, method_len);
+        w->mset |= (uint64_t)1 << mid;
+        if (mid == ID_GET)
+            w->mset |= (uint64_t)1 << ID_HEAD;
     }
-    node_build_allow(w);
+    node_build_allow(r, w);
     return 0;
+}
+
+static const char *pattern_error(ssize_t code)
+{
+    switch (code) {
+    case KH_PATH_EDOT: return "pattern has a '.' or '..' segment";
+    case KH_PATH_EEMPTY: return "pattern has an empty segment ('//')";
+    case KH_PATH_EESCAPE: return "pattern has an invalid %-escape";
+    case KH_PATH_ENUL: return "pattern has a NUL byte or %00";
+    case KH_PATH_EUTF8: return "pattern is not UTF-8";
+    default: return "invalid pattern";
+    }
+}
+
+int kh_router_add(kh_router *r, const char *method, size_t method_len, const char *pattern,
+                  size_t pattern_len, intptr_t value, const char **err)
+{
+    const char *unused;
+    if (err == NULL)
+        err = &unused;
+    *err = NULL;
+    if (r == NULL || method == NULL || pattern == NULL)
+        return fail(err, "null argument");
+    if (method_len == 0)
+        return fail(err, "invalid method token");
+    for (size_t i = 0; i < method_len; i++)
+        if (!is_tchar((unsigned char)method[i]))
+            return fail(err, "invalid method token");
+    int is_any = method_len == 1 && method[0] == '*';
+    if (pattern_len == 0 || pattern[0] != '/')
+        return fail(err, "pattern must start with '/'");
+    if (pattern_len > SIZE_MAX / 4)
+        return fail(err, "invalid pattern");
+    /* Literal segments are compared with normalised paths byte for byte: normalise them alike. */
+    char *norm = kh_xmalloc(pattern_len * 3);
+    ssize_t nlen = kh_path_normalize(pattern, pattern_len, norm, KH_PATH_PATTERN);
+    int rc = nlen < 0 ? fail(err, pattern_error(nlen))
+                      : add_route(r, method, method_len, is_any, norm, (size_t)nlen, value, err);
+    free(norm);
+    return rc;
 }

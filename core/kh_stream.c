@@ -1,6 +1,7 @@
 /* kh_stream.c: the protocol-neutral request/response (see kh_stream.h).
- * Owns:  stream pooling and generations, the head arena, the request body buffer, routing and
- *        the replies the engine gives without the app (404, 405, 413).
+ * Owns:  stream pooling and generations, the head arena, the request body buffer, routing (on
+ *        the path's normal form, kh_path.h) and the replies the engine gives without the app
+ *        (400 for a path with no normal form or a param holding "..", 404, 405, 413).
  * In:    kh_stream_on_* from protocols; kh_stream_send_* from the app.
  * Out:   sink calls; kh_app_vt calls; access-log lines.
  * Never: formats wire bytes. */
@@ -13,6 +14,7 @@
 #include "kh_app.h"
 #include "kh_err.h"
 #include "kh_log.h"
+#include "kh_path.h"
 #include "kh_worker.h"
 
 size_t kh_addr_format(const kh_addr *a, char *buf, size_t cap)
@@ -102,7 +104,17 @@ void kh_stream_set_head(kh_stream *s, kh_str method, kh_str target, kh_str path,
     char *at = s->arena + n * sizeof(kh_header);
     copy_str(&at, &s->method, method, 0);
     copy_str(&at, &s->target, target, 0);
-    copy_str(&at, &s->path, path, 0);
+    /* The router and req.path see the normal form (kh_path.h); req.target stays raw. It is never
+     * longer than the raw path, so the arena's room for path.len bytes holds it. */
+    ssize_t plen = kh_path_normalize(path.ptr, path.len, at, 0);
+    if (plen >= 0) {
+        s->path = (kh_str){path.ptr ? at : NULL, (size_t)plen};
+        at[plen] = '\0';
+        at += path.len + 1;
+    } else {
+        s->path_error = (int8_t)plen; /* answered 400 by kh_stream_on_head */
+        copy_str(&at, &s->path, path, 0);
+    }
     copy_str(&at, &s->query, query, 0);
     copy_str(&at, &s->authority, authority, 0);
     for (size_t i = 0; i < n; i++) {
@@ -188,9 +200,17 @@ void kh_stream_on_head(kh_stream *s)
         kh_stream_respond_error(s, 413, "Request body too large", 1);
         return;
     }
+    if (s->path_error) {
+        kh_stream_respond_error(s, 400, kh_path_strerror(s->path_error), 0);
+        return;
+    }
     kh_route_match m;
     m.num_params = 0;
     kh_router_match(w->router, s->method, s->path, &m);
+    if (m.status == 400) {
+        kh_stream_respond_error(s, 400, "a path parameter holds a '..' segment", 0);
+        return;
+    }
     if (m.status == 404) {
         kh_stream_respond_error(s, 404, "Not Found", 0);
         return;

@@ -84,6 +84,7 @@ struct kh_stream {
     /* request: every kh_str points into arena */
     kh_str method, target, path, query, authority;
     uint8_t version_major, version_minor;
+    int8_t path_error; /* a KH_PATH_E* code when the path has no normal form (400), else 0 */
     uint32_t num_headers;
     kh_header *headers;
     char *arena;
@@ -122,7 +123,8 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto);
 void kh_stream_retain(kh_stream *s);
 void kh_stream_release(kh_stream *s);
 
-/* Protocol -> stream. set_head copies everything (names lower-cased) into one arena block. */
+/* Protocol -> stream. set_head copies everything (names lower-cased) into one arena block; path
+ * goes in as kh_path_normalize's normal form (target stays raw), or path_error is set. */
 void kh_stream_set_head(kh_stream *s, kh_str method, kh_str target, kh_str path, kh_str query,
                         kh_str authority, int major, int minor, const kh_header *h, size_t n);
 /* Declares the body length (-1 unknown). Returns KH_ELIMIT when it is already over the limit. */

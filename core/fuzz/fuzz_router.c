@@ -2,14 +2,19 @@
  * Owns:  two routers per input (the fixed route set, and a scratch copy that also gets the input
  *        as a pattern), both freed before returning; exact-size copies of the method and path.
  * In:    "METHOD\0PATH" (no NUL: the whole input is a GET path).
- * Out:   a trap on any broken property:
- *        - status is 0, 404 or 405; allow is NULL exactly with 404; num_params <= the maximum;
+ * Out:   a trap on any broken property, for the raw path and for its kh_path normal form:
+ *        - status is 0, 400, 404 or 405; allow is NULL exactly with 404 and 400; num_params <=
+ *          the maximum;
  *        - every param value lies inside the path, every name inside the router;
  *        - the result equals a brute-force reference matcher (the first route in precedence order
- *          whose pattern matches and which answers the method);
- *        - a pattern that kh_router_add accepts matches itself, taken as a path, with that method.
+ *          whose pattern matches and which answers the method; 400 when one of its params fails
+ *          kh_path_param_ok; else 405 with the union of the methods of every matching pattern);
+ *        - no param of a status-0 match decodes to a ".." segment;
+ *        - a pattern that kh_router_add accepts, in its normal form (KH_PATH_PATTERN), matches
+ *          itself taken as a path, with that method.
  * Never: keeps state between inputs. */
 #include "kh_err.h"
+#include "kh_path.h"
 #include "kh_router.h"
 
 #include <stdint.h>
@@ -43,7 +48,9 @@ static const struct {
     {"GET", "/a/:x/c"},
     {"GET", "/a/b/d"},
     {"GET", "/a/*rest"},
-    {"GET", "/a//b"},
+    {"GET", "/a/b/"},
+    {"GET", "/health"},
+    {"OPTIONS", "/*any"},
     {"GET", "/:lang/docs"},
     {"GET", "/u/new"},
     {"POST", "/u/:id"},
@@ -141,16 +148,17 @@ static intptr_t ref_node_answer(const char *pat, kh_str method)
     return any;
 }
 
-/* Allow for the pattern's node, written out independently of kh_router.c: the fixed routes use
- * only these methods, so listing them in the documented order is enough. */
-static void ref_allow(const char *pat, char *out, size_t cap)
+/* Allow for a set of patterns (pats[i] set: pattern of routes[i] matched), written out
+ * independently of kh_router.c: the fixed routes use only these methods, so listing them in the
+ * documented order is enough. */
+static void ref_allow(const int *pats, char *out, size_t cap)
 {
     static const char *const order[] = {"GET",    "HEAD",    "POST",    "PUT",   "PATCH",
                                         "DELETE", "OPTIONS", "CONNECT", "TRACE", "PURGE"};
     int present[KH_ARRAY_LEN(order)] = {0};
     for (size_t i = 0; i < NROUTES; i++)
         for (size_t j = 0; j < KH_ARRAY_LEN(order); j++)
-            if (strcmp(routes[i].pattern, pat) == 0 && strcmp(routes[i].method, order[j]) == 0)
+            if (pats[i] && strcmp(routes[i].method, order[j]) == 0)
                 present[j] = 1;
     present[1] |= present[0]; /* HEAD with GET */
     out[0] = '\0';
@@ -165,19 +173,17 @@ static void ref_allow(const char *pat, char *out, size_t cap)
 
 static void check_against_reference(const kh_route_match *m, kh_str method, kh_str path)
 {
-    ref_result cur, best_answer = {0}, best_match = {0}; /* gcc -O3 cannot see the have_* guards */
-    const char *answer_pat = NULL, *match_pat = NULL;
+    ref_result cur, best_answer = {0}; /* gcc -O3 cannot see the have_* guards */
+    const char *answer_pat = NULL;
     char allow[128];
     int have_answer = 0, have_match = 0;
+    int matched[NROUTES] = {0}, own[NROUTES] = {0};
     intptr_t answer = 0;
     for (size_t i = 0; i < NROUTES; i++) {
         if (!ref_pattern_matches(routes[i].pattern, path.ptr, path.len, &cur))
             continue;
-        if (!have_match || kinds_cmp(&cur, &best_match) < 0) {
-            best_match = cur;
-            match_pat = routes[i].pattern;
-            have_match = 1;
-        }
+        matched[i] = 1;
+        have_match = 1;
         intptr_t v = ref_node_answer(routes[i].pattern, method);
         if (v && (!have_answer || kinds_cmp(&cur, &best_answer) < 0)) {
             best_answer = cur;
@@ -187,17 +193,26 @@ static void check_against_reference(const kh_route_match *m, kh_str method, kh_s
         }
     }
     if (have_answer) {
+        int bad = 0;
+        for (size_t i = 0; i < best_answer.nvals; i++)
+            bad |= !kh_path_param_ok(best_answer.vals[i].ptr, best_answer.vals[i].len);
+        if (bad) {
+            CHECK(m->status == 400 && m->value == 0 && m->num_params == 0);
+            return;
+        }
         CHECK(m->status == 0);
         CHECK(m->value == answer);
         CHECK(m->num_params == best_answer.nvals);
         for (size_t i = 0; i < m->num_params; i++)
             CHECK(m->params[i].value.ptr == best_answer.vals[i].ptr &&
                   m->params[i].value.len == best_answer.vals[i].len);
-        ref_allow(answer_pat, allow, sizeof(allow));
+        for (size_t i = 0; i < NROUTES; i++)
+            own[i] = strcmp(routes[i].pattern, answer_pat) == 0;
+        ref_allow(own, allow, sizeof(allow));
         CHECK(strcmp(m->allow, allow) == 0);
     } else if (have_match) {
         CHECK(m->status == 405);
-        ref_allow(match_pat, allow, sizeof(allow));
+        ref_allow(matched, allow, sizeof(allow));
         CHECK(strcmp(m->allow, allow) == 0);
     } else {
         CHECK(m->status == 404);
@@ -207,8 +222,8 @@ static void check_against_reference(const kh_route_match *m, kh_str method, kh_s
 static void check_match(const kh_route_match *m, int rc, kh_str path)
 {
     CHECK(rc == m->status);
-    CHECK(m->status == 0 || m->status == 404 || m->status == 405);
-    CHECK((m->allow == NULL) == (m->status == 404));
+    CHECK(m->status == 0 || m->status == 400 || m->status == 404 || m->status == 405);
+    CHECK((m->allow == NULL) == (m->status == 404 || m->status == 400));
     if (m->allow)
         CHECK(strlen(m->allow) < 4096);
     CHECK(m->num_params <= KH_ROUTER_MAX_PARAMS);
@@ -219,6 +234,7 @@ static void check_match(const kh_route_match *m, int rc, kh_str path)
         CHECK(v.ptr >= path.ptr && v.len <= path.len &&
               (size_t)(v.ptr - path.ptr) <= path.len - v.len);
         CHECK(n.ptr != NULL && n.len > 0);
+        CHECK(kh_path_param_ok(v.ptr, v.len));
         for (size_t j = 0; j < n.len; j++) /* names come from valid patterns */
             CHECK(n.ptr[j] != '/' && n.ptr[j] != ':' && n.ptr[j] != '*');
     }
@@ -243,6 +259,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = kh_router_match(r, method, path, &m);
     check_match(&m, rc, path);
     check_against_reference(&m, method, path);
+    /* what the engine matches: the normal form (exact size, again for ASan) */
+    char *nbuf = malloc(plen ? plen : 1);
+    ssize_t nlen = kh_path_normalize(pbuf, plen, nbuf, 0);
+    if (nlen >= 0) {
+        char *exact = malloc(nlen ? (size_t)nlen : 1);
+        memcpy(exact, nbuf, (size_t)nlen);
+        kh_str npath = {exact, (size_t)nlen};
+        rc = kh_router_match(r, method, npath, &m);
+        check_match(&m, rc, npath);
+        check_against_reference(&m, method, npath);
+        free(exact);
+    }
+    free(nbuf);
     kh_router_free(r);
 
     /* The input as a pattern beside the fixed routes (duplicates and name conflicts are likely). */
@@ -252,9 +281,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(rc == 0 ? err == NULL : rc == KH_EINVAL && err != NULL);
     if (rc == 0) {
         /* literals match themselves, ":name" is a non-empty segment, "*name" is the rest */
-        rc = kh_router_match(scratch, method, path, &m);
-        check_match(&m, rc, path);
+        char *pat = malloc(plen * 3);
+        ssize_t patlen = kh_path_normalize(pbuf, plen, pat, KH_PATH_PATTERN);
+        CHECK(patlen > 0);
+        kh_str ppath = {pat, (size_t)patlen};
+        rc = kh_router_match(scratch, method, ppath, &m);
+        check_match(&m, rc, ppath);
         CHECK(rc == 0);
+        free(pat);
     }
     kh_router_free(scratch);
 

@@ -1,5 +1,7 @@
 kh_add_fuzz_target(h1_parse SOURCES kh_h1_parse.c kh_err.c)
-kh_add_fuzz_target(router SOURCES kh_router.c kh_err.c)
+kh_add_fuzz_target(router SOURCES kh_router.c kh_path.c kh_err.c)
+# the path normaliser alone (kh_path.h: normal form, idempotence, no ".." left, bounds)
+kh_add_fuzz_target(path SOURCES kh_path.c)
 # the TLS 1.3 record layer alone: it needs libcrypto, nothing of the loop
 kh_add_fuzz_target(tls13 SOURCES kh_tls13.c kh_buf.c kh_err.c LIBS PkgConfig::OPENSSL)
 # h2_conn drives the whole connection stack (kh_conn, kh_h1, kh_h2, kh_stream, ...): it takes

@@ -100,13 +100,12 @@ static void test_slashes(void)
     kh_subtest("empty segments and consecutive slashes");
     kh_router *r = kh_router_new();
     add(r, "GET", "/a", 1);
-    add(r, "GET", "/a//b", 2);
+    add_fails(r, "GET", "/a//b", "pattern has an empty segment ('//')");
     add(r, "GET", "/p/:x", 3);
     add(r, "GET", "/s/*rest", 4);
+    /* Requests come merged by kh_path; given raw, "//" is an empty segment (the fallback). */
     kh_is_int(match(r, "GET", "//a"), 404, "//a does not match /a");
-    kh_is_int(match(r, "GET", "/a//b"), 0, "/a//b matches the route written with //");
-    kh_is_int(g_m.value, 2, "/a//b value");
-    kh_is_int(match(r, "GET", "/a/b"), 404, "/a/b does not match /a//b");
+    kh_is_int(match(r, "GET", "/a//b"), 404, "/a//b is 404");
     kh_is_int(match(r, "GET", "/p/"), 404, "a param never matches an empty segment");
     kh_is_int(match(r, "GET", "/p//"), 404, "/p// is 404");
     kh_is_int(match(r, "GET", "/s//x//"), 0, "a splat captures empty segments");
@@ -271,8 +270,106 @@ static void test_methods(void)
     kh_is_int(g_m.value, 41, "value");
     param_is(0, "id", "new");
     kh_is_int(match(r, "DELETE", "/u/new"), 405, "no node answers DELETE");
-    kh_ok(g_m.allow && strcmp(g_m.allow, "GET, HEAD") == 0,
-          "Allow comes from the highest-precedence matching node");
+    kh_ok(g_m.allow && strcmp(g_m.allow, "GET, HEAD, POST") == 0,
+          "Allow is the union over every matching node (GET /u/new, POST /u/:id)");
+    kh_ok(g_m.allow == g_m.allow_buf, "a 405's Allow lives in the match");
+    kh_router_free(r);
+}
+
+static void test_allow_union(void)
+{
+    kh_subtest("405 Allow lists every method some route answers for the path (issue 8.7)");
+    kh_router *r = kh_router_new();
+    add(r, "GET", "/health", 1);
+    add(r, "OPTIONS", "/*any", 2);
+    kh_is_int(match(r, "OPTIONS", "/health"), 0, "OPTIONS /health answered by /*any");
+    kh_is_int(g_m.value, 2, "value");
+    kh_is_int(match(r, "DELETE", "/health"), 405, "DELETE /health is 405");
+    kh_ok(g_m.allow && strcmp(g_m.allow, "GET, HEAD, OPTIONS") == 0, "Allow: GET, HEAD, OPTIONS");
+    if (g_m.allow)
+        printf("#   allow '%s'\n", g_m.allow);
+    kh_is_int(match(r, "DELETE", "/other"), 405, "DELETE /other is 405");
+    kh_ok(g_m.allow && strcmp(g_m.allow, "OPTIONS") == 0, "Allow: OPTIONS");
+
+    add(r, "PURGE", "/:p", 3);
+    add(r, "BREW", "/health", 4);
+    add(r, "POST", "/h*", 5); /* a literal "h*", not a splat */
+    kh_is_int(match(r, "DELETE", "/health"), 405, "three nodes match /health");
+    kh_ok(g_m.allow && strcmp(g_m.allow, "GET, HEAD, OPTIONS, BREW, PURGE") == 0,
+          "Allow: the union in Allow order, custom methods in byte order");
+    if (g_m.allow)
+        printf("#   allow '%s'\n", g_m.allow);
+    kh_is_int(match(r, "GET", "/health"), 0, "GET /health");
+    kh_ok(g_m.allow && strcmp(g_m.allow, "GET, HEAD, BREW") == 0,
+          "a match gives its own node's Allow");
+    add(r, "*", "/:p/x", 6);
+    kh_is_int(match(r, "TRACE", "/health/x"), 0, "an any route answers: no 405");
+
+    /* 64 distinct methods at most, and their whole list fits KH_ROUTER_ALLOW_MAX */
+    kh_router *m = kh_router_new();
+    char meth[16];
+    int added = 0;
+    for (int i = 0; i < 100; i++) {
+        snprintf(meth, sizeof meth, "M%02d", i);
+        const char *err = NULL;
+        if (kh_router_add(m, meth, strlen(meth), "/x", 2, i, &err) == 0)
+            added++;
+        else if (i == added && strcmp(err, "too many distinct methods") != 0)
+            printf("#   %s\n", err);
+    }
+    kh_is_int(added, 64 - 9, "55 custom methods beside the nine known ones");
+    kh_is_int(match(m, "GET", "/x"), 405, "GET /x is 405");
+    kh_ok(g_m.allow && strlen(g_m.allow) == 55 * 3 + 54 * 2, "all 55 listed");
+    kh_is_int(add(m, "GET", "/x", 1), 0, "a known method is never refused");
+    kh_router_free(m);
+    kh_router *big = kh_router_new();
+    char longm[200];
+    memset(longm, 'A', sizeof longm);
+    longm[199] = '\0';
+    longm[0] = 'B';
+    kh_is_int(add(big, longm, "/x", 1), 0, "a 199-byte method");
+    longm[0] = 'C';
+    kh_is_int(add(big, longm, "/x", 2), 0, "two");
+    longm[0] = 'D';
+    const char *err = NULL;
+    kh_is_int(kh_router_add(big, longm, 199, "/x", 2, 3, &err), KH_EINVAL,
+              "a third would not fit KH_ROUTER_ALLOW_MAX");
+    kh_is_int(match(big, "GET", "/x"), 405, "405");
+    kh_ok(g_m.allow && strlen(g_m.allow) < KH_ROUTER_ALLOW_MAX, "Allow fits");
+    kh_router_free(big);
+    kh_router_free(r);
+}
+
+static void test_traversal(void)
+{
+    kh_subtest("no :param or *splat holds a '..' segment; patterns are normalised");
+    kh_router *r = kh_router_new();
+    add(r, "GET", "/files/:name", 1);
+    add(r, "GET", "/admin/*rest", 2);
+    add(r, "GET", "/%7euser/caf\xc3\xa9", 3);
+    add(r, "GET", "/lit/%2f", 4);
+    kh_is_int(match(r, "GET", "/files/a%2Fb"), 0, "an encoded slash is one segment");
+    param_is(0, "name", "a%2Fb");
+    kh_is_int(match(r, "GET", "/files/..%2F..%2Fetc%2Fpasswd"), 400, "..%2F in a :param");
+    kh_ok(g_m.allow == NULL && g_m.num_params == 0 && g_m.value == 0, "400 carries nothing");
+    kh_is_int(match(r, "GET", "/files/..%5Cwin"), 400, "..%5C in a :param");
+    kh_is_int(match(r, "GET", "/files/x%2F.."), 400, "a trailing /.. in a :param");
+    kh_is_int(match(r, "GET", "/admin/x%2F..%2F..%2Fy"), 400, "..%2F in a *splat");
+    kh_is_int(match(r, "GET", "/admin/a/b%2F..c"), 0, "'..c' is not a dot segment");
+    param_is(0, "rest", "a/b%2F..c");
+    /* defence in depth: a caller that skipped kh_path still never gets a '..' param */
+    kh_is_int(match(r, "GET", "/admin/../x"), 400, "raw .. in a splat (unnormalised caller)");
+    kh_is_int(match(r, "GET", "/files/.."), 400, "raw .. as a :param (unnormalised caller)");
+    kh_is_int(match(r, "GET", "/~user/caf%C3%A9"), 0, "a pattern is normalised like a path");
+    kh_is_int(g_m.value, 3, "value");
+    kh_is_int(match(r, "GET", "/lit/%2F"), 0, "escapes in patterns are upper-cased");
+    add_fails(r, "GET", "/a/../b", "pattern has a '.' or '..' segment");
+    add_fails(r, "GET", "/a/%2e", "pattern has a '.' or '..' segment");
+    add_fails(r, "GET", "/a/%zz", "pattern has an invalid %-escape");
+    add_fails(r, "GET", "/a/..%2Fb", "pattern has a segment that decodes to '..'");
+    add_fails(r, "GET", "/a/%2e%2e%5c", "pattern has a segment that decodes to '..'");
+    add_fails(r, "GET", "/a/%00", "pattern has a NUL byte or %00");
+    add_fails(r, "GET", "/\xc0\xae", "pattern is not UTF-8");
     kh_router_free(r);
 }
 
@@ -401,6 +498,8 @@ int main(void)
     test_splat();
     test_precedence();
     test_methods();
+    test_allow_union();
+    test_traversal();
     test_errors();
     test_many();
     kh_router_free(NULL);

@@ -8,16 +8,28 @@ errors.own()
 local raise = errors.raise
 
 local rawget, rawset, setmetatable, type = rawget, rawset, setmetatable, type
-local tonumber, char, gsub, lower = tonumber, string.char, string.gsub, string.lower
+local tonumber, char, gsub, lower, find = tonumber, string.char, string.gsub, string.lower, string.find
 local core_head, core_headers, core_params, core_body = core.head, core.headers, core.params, core.body
 
 local M = {}
 
+local function hexchar(h) return char(tonumber(h, 16)) end
+
+-- application/x-www-form-urlencoded: "+" is a space (the query, req.args)
 local function unescape(s)
     s = gsub(s, "+", " ")
-    return (gsub(s, "%%(%x%x)", function(h) return char(tonumber(h, 16)) end))
+    return (gsub(s, "%%(%x%x)", hexchar))
 end
 M.unescape = unescape
+
+-- RFC 3986 percent-decoding (path params): "+" stays "+", "%2F" becomes "/". The engine has
+-- already answered 400 for a bad escape, %00, non-UTF-8, or a param that would decode to a ".."
+-- segment (core/kh_path.c), so what this returns is UTF-8 with no NUL and no traversal.
+local function unescape_path(s)
+    if not find(s, "%", 1, true) then return s end
+    return (gsub(s, "%%(%x%x)", hexchar))
+end
+M.unescape_path = unescape_path
 
 -- "a=1&b=x%20y&b=2" -> { a = "1", b = { "x y", "2" } }; a key without '=' is true.
 local function parse_args(q)
@@ -55,6 +67,8 @@ local headers_mt = {
 
 local fields = {}
 
+-- req.path is the normal form the router matched (dot segments removed, "//" merged, unreserved
+-- escapes decoded; core/kh_path.h); req.target is the request-target as sent.
 local function load_head(req)
     local method, path, query, target, authority, version, remote =
         core_head(rawget(req, "_s"), rawget(req, "_g"))
@@ -84,7 +98,7 @@ end
 
 function fields.params(req)
     local p = core_params(rawget(req, "_s"), rawget(req, "_g"))
-    for k, v in pairs(p) do p[k] = unescape(v) end
+    for k, v in pairs(p) do p[k] = unescape_path(v) end
     rawset(req, "params", p)
     return p
 end

@@ -94,13 +94,25 @@ static void backlog_text(kh_worker *w, char *out, size_t cap)
                                      : "");
 }
 
+/* At most one line a second per worker, whatever happens: a new episode right after the
+ * "resumed" line of the last one is reported by the next tick instead of at once. */
+static int may_log(const kh_accept *a, uint64_t now)
+{
+    return a->last_line_at == 0 || now - a->last_line_at >= REPORT_TICK_MS;
+}
+
 static void report_cb(uv_timer_t *t)
 {
     kh_worker *w = t->data;
     kh_accept *a = &w->accept;
     uint64_t now = uv_now(&w->loop);
     char reason[160], bl[200];
-    if (a->paused == 0 && a->pauses == 0) {
+    int quiet = a->paused == 0 && a->tick_pauses == 0;
+    a->tick_pauses = 0;
+    if (!may_log(a, now))
+        return;
+    if (quiet) {
+        /* a whole tick without a pause: the episode is over */
         backlog_text(w, bl, sizeof bl);
         KH_LOG_WARN("accept resumed after %.1f s: %llu connections accepted since the first pause, "
                     "%llu open on this worker; %s",
@@ -108,19 +120,22 @@ static void report_cb(uv_timer_t *t)
                     (unsigned long long)(a->episode_accepted + a->accepted),
                     (unsigned long long)w->num_conns, bl);
         uv_timer_stop(&a->report);
-        a->accepted = 0;
+        a->last_line_at = now;
+        a->pauses = a->accepted = 0;
         return;
     }
     if (now < a->next_line_at)
         return;
     why(w, reason, sizeof reason);
     backlog_text(w, bl, sizeof bl);
-    KH_LOG_WARN("accept still paused: %s; %llu pauses and %llu connections accepted in the last "
-                "%.0f s, %llu open on this worker; %s",
-                reason, (unsigned long long)a->pauses, (unsigned long long)a->accepted,
-                (double)a->line_gap / 1000.0, (unsigned long long)w->num_conns, bl);
+    KH_LOG_WARN("accept %s: %s; %llu pauses and %llu connections accepted in the last %.0f s, "
+                "%llu open on this worker; %s",
+                a->paused ? "still paused" : "paused on and off", reason,
+                (unsigned long long)a->pauses, (unsigned long long)a->accepted,
+                (double)(now - a->last_line_at) / 1000.0, (unsigned long long)w->num_conns, bl);
     a->episode_accepted += a->accepted;
     a->pauses = a->accepted = 0;
+    a->last_line_at = now;
     if (a->line_gap < REPORT_GAP_MAX_MS)
         a->line_gap *= 2;
     a->next_line_at = now + a->line_gap - REPORT_TICK_MS / 2;
@@ -146,20 +161,27 @@ static void pause_accepting(kh_worker *w, int reason, int err)
         uv_timer_start(&a->backoff, backoff_cb, w->limits->accept_backoff_ms, 0);
     }
     a->pauses++;
+    a->tick_pauses++;
     if (uv_is_active((uv_handle_t *)&a->report))
         return;
-    /* the first pause of an episode: say so now, then at most once per tick */
-    char reason_text[160], bl[200];
-    why(w, reason_text, sizeof reason_text);
-    backlog_text(w, bl, sizeof bl);
-    KH_LOG_WARN("accept paused: %s; %llu connections open on this worker; %s", reason_text,
-                (unsigned long long)w->num_conns, bl);
+    /* the first pause of an episode: say so now (unless a line went out less than a second
+     * ago: then the next tick does), then at most once a tick, less often as it drags on */
     uint64_t now = uv_now(&w->loop);
     a->episode_at = now;
     a->episode_accepted = 0;
-    a->pauses = a->accepted = 0;
+    a->tick_pauses = 1;
     a->line_gap = REPORT_TICK_MS;
-    a->next_line_at = now + REPORT_TICK_MS / 2;
+    a->next_line_at = now;
+    if (may_log(a, now)) {
+        char reason_text[160], bl[200];
+        why(w, reason_text, sizeof reason_text);
+        backlog_text(w, bl, sizeof bl);
+        KH_LOG_WARN("accept paused: %s; %llu connections open on this worker; %s", reason_text,
+                    (unsigned long long)w->num_conns, bl);
+        a->last_line_at = now;
+        a->pauses = a->accepted = 0;
+        a->next_line_at = now + REPORT_TICK_MS / 2;
+    }
     uv_timer_start(&a->report, report_cb, REPORT_TICK_MS, REPORT_TICK_MS);
 }
 

@@ -42,11 +42,11 @@ typedef struct kh_accept {
     int inited;   /* the timers exist (kh_accept_init ran) */
     uv_timer_t backoff; /* ends a KH_ACCEPT_P_FDS pause */
     uv_timer_t report;  /* 1 s ticks while there is something to report */
-    /* counts since the last report line */
-    uint64_t pauses, accepted;
-    /* loop ms: when the episode started, when the next "still paused" line may go out, and
-     * the gap after that one (doubles up to 32 s) */
-    uint64_t episode_at, next_line_at, line_gap;
+    /* counts since the last report line, and pauses since the last 1 s tick */
+    uint64_t pauses, accepted, tick_pauses;
+    /* loop ms: when the episode started, when the last line went out, when the next "still
+     * paused" line may go out, and the gap after that one (doubles up to 32 s) */
+    uint64_t episode_at, last_line_at, next_line_at, line_gap;
     uint64_t episode_accepted;
 } kh_accept;
 

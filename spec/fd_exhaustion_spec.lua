@@ -180,3 +180,33 @@ describe("fd exhaustion: ulimit -n " .. FD_LIMIT .. ", --workers 2, " .. CLIENTS
         end)
     end
 end)
+
+describe("the connections limit", function()
+    it("pauses accepting (the next client waits in the backlog, then is served), never "
+        .. "accepts only to close", function()
+        local srv = server.start { app = APP, tls = false, args = { "--limit", "connections=3" } }
+        local ok, err = pcall(function()
+            local conns = {}
+            for i = 1, 3 do
+                conns[i] = assert(srv:raw_conn())
+                conns[i]:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert.are.equal(200, assert(conns[i]:read_response()).status)
+            end
+            local c4 = assert(srv:raw_conn())
+            c4:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            local r, why = c4:read_response { timeout = 0.5 }
+            assert.is_nil(r, "a 4th connection was served with connections=3")
+            assert.are.equal("timeout", why, "the 4th connection was closed instead of waiting")
+            assert.truthy(srv:wait_log("accept paused: connection limit %(3%) reached", 3))
+            conns[1]:close()
+            r = c4:read_response { timeout = 3 }
+            assert.truthy(r and r.status == 200, "the waiting client was not served once a slot freed")
+            c4:close()
+            for i = 2, 3 do conns[i]:close() end
+            assert.truthy(srv:wait_log("accept resumed", 5), "no 'accept resumed' line")
+            assert.is_nil(srv:log():find("closing a new connection", 1, true))
+        end)
+        srv:stop()
+        assert(ok, err)
+    end)
+end)

@@ -65,8 +65,12 @@ end
 
 function Clients:quit()
     self:command("quit")
-    -- the script writes its last status (open = 0) just before it exits
-    self:wait(10, function(s) return s.open == 0 end)
+    -- the script writes DIR/done just before it exits
+    server.wait_until(10, function()
+        local f = io.open(self.dir .. "/done", "rb")
+        if f then f:close() end
+        return f ~= nil
+    end, 0.05)
     local out = io.open(self.dir .. "/out", "rb")
     local text = out and out:read("*a") or ""
     if out then out:close() end
@@ -100,11 +104,14 @@ local function accept_lines(log)
     return n
 end
 
-describe("fd exhaustion: ulimit -n " .. FD_LIMIT .. ", --workers 2, " .. CLIENTS .. " clients", function()
-    for run = 1, 5 do
-        it("run " .. run .. ": pauses accepting at EMFILE, stays idle, serves the backlog as fds free, "
-            .. "serves again after, exits 0 on SIGTERM while all fds are taken", function()
-            local srv = server.start { app = APP, workers = 2, tls = false }
+describe("fd exhaustion: ulimit -n " .. FD_LIMIT .. ", " .. CLIENTS .. " clients", function()
+    -- five runs with 2 workers (the livelock took 3 runs in 6), one with a single worker (where
+    -- libuv's EMFILE trick used to drop every waiting client)
+    for run, workers in ipairs { 2, 2, 2, 2, 2, 1 } do
+        it("run " .. run .. ", --workers " .. workers .. ": pauses accepting at EMFILE, stays idle, "
+            .. "serves the backlog as fds free, serves again after, exits 0 on SIGTERM while all fds "
+            .. "are taken", function()
+            local srv = server.start { app = APP, workers = workers, tls = false }
             local clients
             local ok, err = pcall(function()
                 local t_start = server.now()
@@ -169,7 +176,7 @@ describe("fd exhaustion: ulimit -n " .. FD_LIMIT .. ", --workers 2, " .. CLIENTS
                 local log = srv:log()
                 local elapsed = server.now() - t_start
                 local lines = accept_lines(log)
-                assert.truthy(lines <= 2 * 2 * (elapsed + 2), string.format(
+                assert.truthy(lines <= workers * 2 * (elapsed + 2), string.format(
                     "%d log lines about accept in %.1f s", lines, elapsed))
                 assert.truthy(#log < 200 * 1024, "log of " .. #log .. " bytes")
                 assert.are.equal(0, count(log, "closing a new connection"))

@@ -17,7 +17,7 @@ Every 0.1 s it writes DIR/status (JSON, replaced atomically):
 Commands are files in DIR, checked every loop turn:
   DIR/release  from now on, close each connection as soon as it is answered (frees the server's
                fds one by one: the clients waiting in the backlog must then be served)
-  DIR/quit     close everything, write the last status and exit
+  DIR/quit     close everything, write the last status and DIR/done, and exit
 It exits by itself after MAX_SECONDS (default 120)."""
 import errno
 import json
@@ -121,6 +121,7 @@ def main():
     for s in list(conns):
         close(s)
     write_status()
+    open(os.path.join(d, "done"), "w").close()
 
 
 if __name__ == "__main__":

@@ -236,7 +236,8 @@ static void poll_cb(uv_poll_t *p, int status, int events)
         int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             a->accepted++;
-            kh_conn_accept(w, fd, &ss, l->tls);
+            if (kh_conn_accept(w, fd, &ss, l->tls) != 0)
+                close(fd);
             if (a->closed || a->paused)
                 return;
             continue;
@@ -247,9 +248,9 @@ static void poll_cb(uv_poll_t *p, int status, int events)
         case EWOULDBLOCK:
 #endif
             return;
+        /* interrupted, or the connection at the head of the queue failed (reset while queued,
+         * or a network error Linux passes through accept, accept(2)): the next may be fine */
         case EINTR:
-        /* the connection at the head of the queue failed (reset while queued, or a network
-         * error Linux passes through accept, accept(2)): the next one may be fine */
         case ECONNABORTED:
         case EPROTO:
         case EPERM:
@@ -282,16 +283,14 @@ int kh_accept_open(kh_worker *w, char *err, size_t errlen)
         l->tls = cfg->listens[i].tls ? cfg->tls : NULL;
         int fd = cfg->listens[i].fds[w->id];
         int r = uv_poll_init_socket(&w->loop, &l->poll, fd);
-        if (r == 0) {
-            l->poll.data = l;
-            l->fd = fd;
-            a->n = i + 1;
-        }
         if (r != 0) {
             snprintf(err, errlen, "listen on %s:%d: %s", cfg->listens[i].host,
                      cfg->listens[i].port, uv_strerror(r));
-            return -1;
+            return -1; /* kh_accept_close closes the ones before */
         }
+        l->poll.data = l;
+        l->fd = fd;
+        a->n = i + 1;
     }
     start_polling(w);
     return 0;

@@ -10,7 +10,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <unistd.h>
 
 #include "kh_err.h"
 #include "kh_h1.h"
@@ -104,18 +103,18 @@ void kh_conn_start_proto(kh_conn *c, const char *alpn, size_t len)
     protos[i].start(c);
 }
 
-void kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls)
+int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls)
 {
     kh_conn *c = kh_xcalloc(1, sizeof *c);
     c->w = w;
     uv_tcp_init(&w->loop, &c->tcp);
     c->tcp.data = c;
     w->num_conns++;
-    if (uv_tcp_open(&c->tcp, fd) != 0) {
-        close(fd);
+    int r = uv_tcp_open(&c->tcp, fd);
+    if (r != 0) {
         c->flags |= KH_CONN_F_CLOSING;
-        uv_close((uv_handle_t *)&c->tcp, on_close);
-        return;
+        uv_close((uv_handle_t *)&c->tcp, on_close); /* the handle does not own fd */
+        return r;
     }
     c->id = ++w->next_conn_id;
     /* kh_accept pauses accepting at the `connections` limit and while stopping */
@@ -127,13 +126,14 @@ void kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, k
         if (c->tls == NULL) {
             KH_LOG_WARN("tls: cannot create a session: closing a new connection");
             kh_conn_close(c);
-            return;
+            return 0;
         }
         kh_conn_set_timeout(c, KH_TO_TLS_HANDSHAKE);
     } else {
         kh_conn_start_proto(c, NULL, 0);
     }
     start_reading(c);
+    return 0;
 }
 
 /* Offers the unconsumed input to the protocol; data is either the slab (fresh bytes, `in`

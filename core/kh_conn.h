@@ -70,9 +70,9 @@ struct kh_conn {
 
 struct sockaddr_storage;
 /* Takes a connection accepted on worker w (fd from accept4, non-blocking; peer its address), as
- * kh_accept does; tls is the listener's TLS context, or NULL for cleartext. The fd is the
- * connection's from here on, even when it fails at once. */
-void kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls);
+ * kh_accept does; tls is the listener's TLS context, or NULL for cleartext. Returns 0: the fd is
+ * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's. */
+int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls);
 
 /* Starts the protocol named by an ALPN id (RFC 7301), e.g. "http/1.1"; len 0 means none was
  * negotiated (HTTP/1.1). kh_tls calls it when the handshake completes. This is the one place

@@ -122,44 +122,37 @@ void kh_conn_start_proto(kh_conn *c, const char *alpn, size_t len)
     protos[i].start(c);
 }
 
-void kh_conn_accept(kh_worker *w, uv_stream_t *listener, kh_tls_ctx *tls)
+int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls)
 {
     kh_conn *c = kh_xcalloc(1, sizeof *c);
     c->w = w;
     uv_tcp_init(&w->loop, &c->tcp);
     c->tcp.data = c;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-        uv_close((uv_handle_t *)&c->tcp, on_close);
-        c->flags |= KH_CONN_F_CLOSING;
-        w->num_conns++;
-        return;
-    }
     w->num_conns++;
-    c->id = ++w->next_conn_id;
-    if (w->num_conns > w->limits->connections || w->stopping) {
-        KH_LOG_WARN("connection limit (%llu) reached: closing a new connection",
-                    (unsigned long long)w->limits->connections);
-        kh_conn_close(c);
-        return;
+    int r = uv_tcp_open(&c->tcp, fd);
+    if (r != 0) {
+        c->flags |= KH_CONN_F_CLOSING;
+        uv_close((uv_handle_t *)&c->tcp, on_close); /* the handle does not own fd */
+        return r;
     }
+    c->id = ++w->next_conn_id;
+    /* kh_accept pauses accepting at the `connections` limit and while stopping */
     uv_tcp_nodelay(&c->tcp, 1);
-    struct sockaddr_storage ss;
-    int len = sizeof ss;
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
-        peer_from_sockaddr(&c->peer, &ss);
+    peer_from_sockaddr(&c->peer, peer);
     if (tls) {
         /* The protocol starts once the handshake has picked it (kh_conn_start_proto). */
         c->tls = kh_tls_new(tls, c);
         if (c->tls == NULL) {
             KH_LOG_WARN("tls: cannot create a session: closing a new connection");
             kh_conn_close(c);
-            return;
+            return 0;
         }
         kh_conn_set_timeout(c, KH_TO_TLS_HANDSHAKE);
     } else {
         kh_conn_start_proto(c, NULL, 0);
     }
     start_reading(c);
+    return 0;
 }
 
 /* Offers the unconsumed input to the protocol; data is either the slab (fresh bytes, `in`
@@ -389,6 +382,7 @@ static void on_close(uv_handle_t *h)
     kh_worker_unschedule_flush(w, c);
     free(c);
     w->num_conns--;
+    kh_accept_on_conn_closed(w); /* a pause for want of fds or at the limit ends now */
     if (w->stopping && w->num_conns == 0)
         uv_async_send(&w->wakeup); /* let the worker finish its stop now */
 }

@@ -70,9 +70,11 @@ struct kh_conn {
     uint64_t proto_inline[2]; /* the protocol's per-connection state, when it is this small */
 };
 
-/* Accepts a connection from a listener on worker w (called by kh_worker); tls is the listener's
- * TLS context, or NULL for cleartext. */
-void kh_conn_accept(kh_worker *w, uv_stream_t *listener, kh_tls_ctx *tls);
+struct sockaddr_storage;
+/* Takes a connection accepted on worker w (fd from accept4, non-blocking; peer its address), as
+ * kh_accept does; tls is the listener's TLS context, or NULL for cleartext. Returns 0: the fd is
+ * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's. */
+int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls);
 
 /* Starts the protocol named by an ALPN id (RFC 7301), e.g. "http/1.1"; len 0 means none was
  * negotiated (HTTP/1.1). kh_tls calls it when the handshake completes. This is the one place

@@ -115,17 +115,6 @@ static void tick_cb(uv_timer_t *t)
         kh_timeq_expire(&w->timeq[k], now);
 }
 
-static void on_connection(uv_stream_t *listener, int status)
-{
-    kh_worker *w = listener->data;
-    if (status != 0) {
-        KH_LOG_WARN("accept: %s", uv_strerror(status));
-        return;
-    }
-    size_t i = (size_t)((uv_tcp_t *)listener - w->listeners);
-    kh_conn_accept(w, listener, w->cfg->listens[i].tls ? w->cfg->tls : NULL);
-}
-
 const char *kh_worker_date(kh_worker *w)
 {
     time_t now = time(NULL);
@@ -216,6 +205,7 @@ static void finish_stop(kh_worker *w)
 {
     /* Everything left on the loop is ours: close it and let uv_run return. */
     uv_walk(&w->loop, close_walk_cb, w);
+    kh_accept_close(w);
     if (!uv_is_closing((uv_handle_t *)&w->flush_prepare)) {
         /* one last flush for anything queued */
         flush_cb(&w->flush_prepare);
@@ -245,8 +235,7 @@ static void wakeup_cb(uv_async_t *a)
         return;
     if (!w->stopping) {
         w->stopping = 1;
-        for (int i = 0; i < w->num_listeners; i++)
-            uv_close((uv_handle_t *)&w->listeners[i], NULL);
+        kh_accept_close(w);
         uv_walk(&w->loop, shutdown_walk_cb, w);
         uv_timer_start(&w->grace, grace_cb, w->cfg->grace_ms, 0);
     }
@@ -281,30 +270,12 @@ static int worker_load(kh_worker *w)
         return 0;
     }
 
-    w->listeners = kh_xcalloc((size_t)w->cfg->num_listens, sizeof(uv_tcp_t));
-    for (int i = 0; i < w->cfg->num_listens; i++) {
-        uv_tcp_t *l = &w->listeners[i];
-        uv_tcp_init(&w->loop, l);
-        l->data = w;
-        int r = uv_tcp_open(l, w->cfg->listens[i].fds[w->id]);
-        if (r == 0)
-            r = uv_listen((uv_stream_t *)l, 4096, on_connection);
-        if (r != 0) {
-            snprintf(w->load_err, sizeof w->load_err, "listen on %s:%d: %s",
-                     w->cfg->listens[i].host, w->cfg->listens[i].port, uv_strerror(r));
-            report_ready(w, -1);
-            uv_close((uv_handle_t *)l, NULL);
-            for (int j = 0; j < w->num_listeners; j++)
-                uv_close((uv_handle_t *)&w->listeners[j], NULL);
-            w->num_listeners = 0;
-            break;
-        }
-        w->num_listeners++;
-    }
-    if (w->num_listeners == w->cfg->num_listens)
+    if (kh_accept_open(w, w->load_err, sizeof w->load_err) == 0) {
         report_ready(w, 1);
-    else
+    } else {
+        report_ready(w, -1);
         finish_stop(w);
+    }
     return 1;
 }
 
@@ -364,6 +335,7 @@ static int worker_prepare(kh_worker *w, int id, const kh_config *cfg)
     uv_timer_init(&w->loop, &w->grace);
     w->grace.data = w;
     uv_unref((uv_handle_t *)&w->grace);
+    kh_accept_init(w);
     const kh_limits *l = &cfg->limits;
     kh_timeq_init(&w->timeq[KH_TO_HEADER], l->header_timeout_ms, on_timeout_header);
     kh_timeq_init(&w->timeq[KH_TO_IDLE], l->keepalive_timeout_ms, on_timeout_idle);
@@ -459,7 +431,7 @@ void kh_worker_join(kh_worker *w)
     if (r != 0)
         KH_LOG_DEBUG("w%d: loop close: %s", w->id, uv_strerror(r));
     free_streams(w);
-    free(w->listeners);
+    kh_accept_free(w);
     free(w->read_slab);
     kh_buf_release(&w->access_log, NULL);
     kh_bufcache_destroy(&w->bufs);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "kh_accept.h"
 #include "kh_app.h"
 #include "kh_buf.h"
 #include "kh_chan.h"
@@ -76,8 +77,7 @@ struct kh_worker {
     uv_prepare_t flush_prepare;
     uv_timer_t tick;
     uv_timer_t grace;
-    uv_tcp_t *listeners;
-    int num_listeners;
+    kh_accept accept;       /* its listeners and the accept path (kh_accept.c) */
 
     kh_router *router;
     void *app;

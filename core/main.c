@@ -190,7 +190,7 @@ static int parse_listen(const char *arg, kh_listen_addr *la)
 
 /* One SO_REUSEPORT socket per worker, all on the same port: the kernel spreads connections and
  * no accept lock is shared (libuv 1.44 has no UV_TCP_REUSEPORT, so the sockets are ours). They
- * listen from here on; each worker's uv_listen later only starts accepting. */
+ * listen from here on; each worker (kh_accept.c) later only starts accepting. */
 static int bind_listen(kh_listen_addr *la, int n)
 {
     struct sockaddr_storage ss;
@@ -224,7 +224,7 @@ static int bind_listen(kh_listen_addr *la, int n)
         la->fds[i] = fd;
         if (bind(fd, (struct sockaddr *)&ss, sl) != 0)
             goto fail;
-        /* Listen now, not when the worker calls uv_listen: while the workers load the app, the
+        /* Listen now, not when the worker starts accepting: while the workers load the app, the
          * kernel completes handshakes and queues connections, so a client that connects early is
          * answered as soon as its worker is up instead of being refused and retrying. */
         if (listen(fd, 4096) != 0)

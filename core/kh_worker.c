@@ -2,12 +2,16 @@
  * Owns:  the loop and everything on it; the order of a loop turn: I/O callbacks, then one
  *        flush pass over dirty connections (uv_prepare, redis's beforeSleep), then poll.
  * In:    listening fds, config, stop requests.
- * Out:   connections handed to kh_conn; app init through kh_app_vt. */
+ * Out:   connections handed to kh_conn; app init through kh_app_vt; for the supervisor's
+ *        watchdog, a heartbeat stamp and the app's slice bracket (kh_worker_watch), read
+ *        without locks but for the slice's name, which is copied under `mu` while the app is
+ *        open (worker_loop raises app_closing under `mu` before it closes the app). */
 #include "kh_worker.h"
 
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -98,12 +102,47 @@ int kh_worker_post(const kh_config *cfg, int to, kh_chan_msg *m)
 static void heartbeat_cb(uv_timer_t *t)
 {
     kh_worker *w = t->data;
-    atomic_fetch_add_explicit(&w->beats, 1, memory_order_relaxed);
+    atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
 }
 
-uint64_t kh_worker_beats(kh_worker *w)
+void kh_worker_watch(kh_worker *w, uint64_t now_ms, kh_worker_stall *st)
 {
-    return atomic_load_explicit(&w->beats, memory_order_relaxed);
+    memset(st, 0, sizeof *st);
+    st->done = atomic_load_explicit(&w->done, memory_order_acquire);
+    if (st->done)
+        return;
+    st->alive_ms = atomic_load_explicit(&w->alive_ms, memory_order_relaxed);
+    uint64_t late = now_ms > st->alive_ms + w->heartbeat_ms ? now_ms - st->alive_ms - w->heartbeat_ms : 0;
+    uint64_t t0 = atomic_load_explicit(&w->slice_start_ns, memory_order_acquire);
+    if (t0) {
+        uint64_t t0_ms = t0 / 1000000u;
+        st->slice_ms = now_ms > t0_ms ? now_ms - t0_ms : 0;
+        st->slice_seq = atomic_load_explicit(&w->slice_seq, memory_order_relaxed);
+        /* the name is the app's (a Lua string): copied only while the app state is open */
+        uv_mutex_lock(&w->mu);
+        const char *name = atomic_load_explicit(&w->slice_name, memory_order_acquire);
+        if (!w->app_closing && name)
+            snprintf(st->what, sizeof st->what, "%s", name);
+        uv_mutex_unlock(&w->mu);
+    }
+    st->stalled_ms = st->slice_ms > late ? st->slice_ms : late;
+}
+
+int kh_worker_interrupt(kh_worker *w, uint64_t seq, uint64_t ms)
+{
+    int done = 0;
+    uv_mutex_lock(&w->mu);
+    if (!w->app_closing && w->app && w->cfg->app->interrupt) {
+        w->cfg->app->interrupt(w->app, seq, ms);
+        done = 1;
+    }
+    uv_mutex_unlock(&w->mu);
+    return done;
+}
+
+int kh_worker_listener_fd(const kh_worker *w, int i)
+{
+    return w->cfg->listens[i].fds[w->id];
 }
 
 static void tick_cb(uv_timer_t *t)
@@ -319,6 +358,10 @@ static void worker_loop(kh_worker *w, int loaded)
 
     /* later posts are disposed of by their posters; what is queued is disposed of here */
     kh_chan_close(&w->inbox);
+    /* the supervisor reads slice names and interrupts only under mu, while the app is open */
+    uv_mutex_lock(&w->mu);
+    w->app_closing = 1;
+    uv_mutex_unlock(&w->mu);
     if (w->app)
         w->cfg->app->worker_close(w->app);
     w->app = NULL;
@@ -331,6 +374,7 @@ static void worker_main(void *arg)
 {
     kh_worker *w = arg;
     worker_loop(w, worker_load(w));
+    atomic_store_explicit(&w->done, 1, memory_order_release);
 }
 
 /* The loop, its handles and the buffers, on the calling thread (main), before the worker runs. */
@@ -352,7 +396,15 @@ static int worker_prepare(kh_worker *w, int id, const kh_config *cfg)
         return r;
     uv_timer_init(&w->loop, &w->heartbeat);
     w->heartbeat.data = w;
-    uv_timer_start(&w->heartbeat, heartbeat_cb, 100, 100);
+    /* a quarter of the shortest stall limit, at most 100 ms: the watchdog's error bound */
+    const kh_limits *lim = &cfg->limits;
+    uint64_t hb = lim->stall_report_ms < lim->stall_shed_ms ? lim->stall_report_ms : lim->stall_shed_ms;
+    if (lim->stall_exit_ms && lim->stall_exit_ms < hb)
+        hb = lim->stall_exit_ms;
+    hb /= 4;
+    w->heartbeat_ms = hb < 10 ? 10 : hb > 100 ? 100 : hb;
+    atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
+    uv_timer_start(&w->heartbeat, heartbeat_cb, w->heartbeat_ms, w->heartbeat_ms);
     uv_unref((uv_handle_t *)&w->heartbeat);
     w->flush_tail = &w->flush_head;
     uv_prepare_init(&w->loop, &w->flush_prepare);
@@ -415,6 +467,7 @@ int kh_worker_load_here(kh_worker *w, int id, const kh_config *cfg)
 void kh_worker_run_here(kh_worker *w)
 {
     worker_loop(w, w->loaded);
+    atomic_store_explicit(&w->done, 1, memory_order_release);
 }
 
 int kh_worker_wait_ready(kh_worker *w)
@@ -444,12 +497,19 @@ static void free_streams(kh_worker *w)
     }
 }
 
+void kh_worker_join_thread(kh_worker *w)
+{
+    if (w->started && w->threaded) {
+        uv_thread_join(&w->thread);
+        w->threaded = 0;
+    }
+}
+
 void kh_worker_join(kh_worker *w)
 {
     if (!w->started)
         return;
-    if (w->threaded)
-        uv_thread_join(&w->thread);
+    kh_worker_join_thread(w);
     if (w->router)
         kh_router_free(w->router);
     int r = uv_loop_close(&w->loop);

@@ -4,6 +4,8 @@
 #ifndef KH_LUA_INTERNAL_H
 #define KH_LUA_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -64,6 +66,14 @@ typedef struct kh_lua {
     char *sh_buf;         /* k.shared get: a value is copied here, then pushed */
     size_t sh_cap;
     int dev;
+    /* kh_lua_sched.c: slice names for the watchdog, the handler_interrupt_ms hook */
+    const char **route_names; /* route ref -> "GET /users/:id" (Lua strings of the routes table) */
+    size_t route_names_len;
+    _Atomic int irq_lock;     /* a spin lock around lua_sethook: the supervisor's and ours */
+    _Atomic int irq_armed;    /* the hook is set */
+    uint64_t irq_seq;         /* the slice it was set for (under irq_lock) */
+    uint64_t irq_ms;          /* how long that slice had run */
+    int irq_persist;          /* the second interrupt of one slice: raise until it ends */
 } kh_lua;
 
 /* The sentinel every engine wait yields, so a user coroutine wrapper can pass it upward. */
@@ -103,6 +113,8 @@ void kh__lua_dispatch(void *app, kh_stream *s);
 void kh__lua_on_body(void *app, kh_stream *s);
 void kh__lua_on_abort(void *app, kh_stream *s);
 void kh__lua_on_message(void *app, kh_chan_msg *m);
+/* Any thread (the supervisor): kh_app_vt.interrupt. */
+void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms);
 void kh__lua_close_cos(kh_lua *K);
 /* package.path for a state: the app's directory, then khamsin's modules. */
 void kh__lua_set_path(lua_State *L, const char *script);

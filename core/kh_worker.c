@@ -352,6 +352,8 @@ static void worker_loop(kh_worker *w, int loaded)
     char name[16];
     snprintf(name, sizeof name, "w%d", w->id);
     kh_log_set_thread_name(name);
+    /* the app's load took its time: the watchdog counts from here */
+    atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     if (!loaded)
         return;

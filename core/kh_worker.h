@@ -167,7 +167,10 @@ int kh_worker_listener_fd(const kh_worker *w, int i);
 static inline void kh_worker_slice_begin(kh_worker *w, const char *name, uint64_t t0_ns)
 {
     atomic_store_explicit(&w->slice_name, name, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->slice_seq, 1, memory_order_relaxed);
+    /* one writer: a plain store, no locked add */
+    atomic_store_explicit(&w->slice_seq,
+                          atomic_load_explicit(&w->slice_seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
     atomic_store_explicit(&w->slice_start_ns, t0_ns ? t0_ns : 1, memory_order_release);
 }
 static inline void kh_worker_slice_end(kh_worker *w)

@@ -135,11 +135,12 @@ static int steer_set(struct sock_fprog *prog)
     return 0;
 }
 
-/* New connections to the workers that are not shed (see above). */
-static void steer(void)
+/* New connections to the workers that are not shed (see above). Returns how many get them (0:
+ * every worker is stalled, or steering is off). */
+static int steer(void)
 {
     if (steer_broken || stopping)
-        return;
+        return 0;
     int nh = 0;
     int *healthy = kh_xcalloc((size_t)cfg.workers, sizeof(int));
     for (int i = 0; i < cfg.workers; i++)
@@ -174,7 +175,9 @@ static void steer(void)
         KH_LOG_WARN("cannot steer new connections away from a stalled worker (reuseport BPF: "
                     "%s): stall_shed_ms is off",
                     strerror(err));
+        return 0;
     }
+    return nh;
 }
 
 static const char *stall_what(const kh_worker_stall *st)
@@ -211,7 +214,6 @@ static void watchdog_cb(uv_timer_t *t)
     (void)t;
     const kh_limits *lim = &cfg.limits;
     uint64_t now = now_ms();
-    int changed = 0;
     for (int i = 0; i < cfg.workers; i++) {
         watch *wt = &watches[i];
         kh_worker_stall st;
@@ -222,11 +224,12 @@ static void watchdog_cb(uv_timer_t *t)
             if (wt->reported)
                 KH_LOG_WARN("w%d: event loop running again after a stall of %llu ms", i,
                             (unsigned long long)(now - wt->since_ms));
-            if (wt->shed) {
-                KH_LOG_INFO("w%d: takes new connections again", i);
-                changed = 1;
-            }
+            int was_shed = wt->shed;
             wt->reported = wt->shed = 0;
+            if (was_shed) {
+                steer(); /* before the line: a client that reads it finds it done */
+                KH_LOG_INFO("w%d: takes new connections again", i);
+            }
         }
         if (!wt->reported && !wt->shed) {
             wt->alive_ms = st.alive_ms;
@@ -241,11 +244,15 @@ static void watchdog_cb(uv_timer_t *t)
         if (!wt->shed && !stopping && cfg.workers > 1 && !steer_broken &&
             st.stalled_ms >= lim->stall_shed_ms) {
             wt->shed = 1;
-            changed = 1;
-            KH_LOG_WARN("w%d: no new connections while stalled (%llu ms in %s; over "
-                        "stall_shed_ms=%llu): the other workers take them",
-                        i, (unsigned long long)st.stalled_ms, stall_what(&st),
-                        (unsigned long long)lim->stall_shed_ms);
+            if (steer() > 0)
+                KH_LOG_WARN("w%d: no new connections while stalled (%llu ms in %s; over "
+                            "stall_shed_ms=%llu): the other workers take them",
+                            i, (unsigned long long)st.stalled_ms, stall_what(&st),
+                            (unsigned long long)lim->stall_shed_ms);
+            else if (!steer_broken)
+                KH_LOG_WARN("w%d: stalled %llu ms in %s, and so is every other worker: new "
+                            "connections wait",
+                            i, (unsigned long long)st.stalled_ms, stall_what(&st));
         }
         if (lim->handler_interrupt_ms && st.slice_ms >= lim->handler_interrupt_ms &&
             (st.slice_seq != wt->irq_seq || now - wt->irq_at_ms >= lim->handler_interrupt_ms)) {
@@ -268,8 +275,6 @@ static void watchdog_cb(uv_timer_t *t)
             _exit(KH_EXIT_STALL);
         }
     }
-    if (changed)
-        steer();
     if (stopping && now >= stop_deadline_ms)
         forced_exit("still running after the grace period");
 }
@@ -293,10 +298,13 @@ static void on_signal(uv_signal_t *sig, int signum)
         kh_worker_request_stop(&workers[i]);
     uint64_t now = now_ms();
     stop_deadline_ms = now + cfg.grace_ms + STOP_MARGIN_MS;
+    uint64_t named = cfg.limits.stall_report_ms < cfg.limits.stall_shed_ms
+                         ? cfg.limits.stall_report_ms
+                         : cfg.limits.stall_shed_ms;
     for (int i = 0; i < cfg.workers; i++) {
         kh_worker_stall st;
         kh_worker_watch(&workers[i], now, &st);
-        if (!st.done && st.stalled_ms >= cfg.limits.stall_report_ms)
+        if (!st.done && st.stalled_ms >= named)
             KH_LOG_WARN("w%d is stalled %llu ms in %s: it stops only once it runs again; a "
                         "second SIGTERM or SIGINT exits at once (exit code %d)",
                         i, (unsigned long long)st.stalled_ms, stall_what(&st), KH_EXIT_FORCED);

@@ -232,7 +232,7 @@ static const char *slice_name(kh_lua *K, kh_lua_co *c)
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (c->what && strcmp(c->what, kinds[i].what) == 0)
             return kinds[i].name;
-    return "a request whose client left";
+    return "a Lua callback";
 }
 
 /* The worker's own kh_lua, for the hook (which only gets a lua_State). */

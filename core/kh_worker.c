@@ -112,7 +112,8 @@ void kh_worker_watch(kh_worker *w, uint64_t now_ms, kh_worker_stall *st)
     if (st->done)
         return;
     st->alive_ms = atomic_load_explicit(&w->alive_ms, memory_order_relaxed);
-    uint64_t late = now_ms > st->alive_ms + w->heartbeat_ms ? now_ms - st->alive_ms - w->heartbeat_ms : 0;
+    uint64_t due = st->alive_ms + w->heartbeat_ms; /* the next heartbeat of a loop that turns */
+    uint64_t late = now_ms > due ? now_ms - due : 0;
     uint64_t t0 = atomic_load_explicit(&w->slice_start_ns, memory_order_acquire);
     if (t0) {
         uint64_t t0_ms = t0 / 1000000u;
@@ -400,7 +401,9 @@ static int worker_prepare(kh_worker *w, int id, const kh_config *cfg)
     w->heartbeat.data = w;
     /* a quarter of the shortest stall limit, at most 100 ms: the watchdog's error bound */
     const kh_limits *lim = &cfg->limits;
-    uint64_t hb = lim->stall_report_ms < lim->stall_shed_ms ? lim->stall_report_ms : lim->stall_shed_ms;
+    uint64_t hb = lim->stall_report_ms;
+    if (lim->stall_shed_ms < hb)
+        hb = lim->stall_shed_ms;
     if (lim->stall_exit_ms && lim->stall_exit_ms < hb)
         hb = lim->stall_exit_ms;
     hb /= 4;

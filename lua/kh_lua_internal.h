@@ -4,6 +4,7 @@
 #ifndef KH_LUA_INTERNAL_H
 #define KH_LUA_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include <lauxlib.h>
@@ -69,11 +70,12 @@ typedef struct kh_lua {
     /* kh_lua_sched.c: slice names for the watchdog, the handler_interrupt_ms hook */
     const char **route_names; /* route ref -> "GET /users/:id" (Lua strings of the routes table) */
     size_t route_names_len;
-    _Atomic int irq_lock;     /* a spin lock around lua_sethook: the supervisor's and ours */
-    _Atomic int irq_armed;    /* the hook is set */
-    uint64_t irq_seq;         /* the slice it was set for (under irq_lock) */
-    uint64_t irq_ms;          /* how long that slice had run */
-    int irq_persist;          /* the second interrupt of one slice: raise until it ends */
+    pthread_t tid;            /* the worker's thread, where the interrupt signal goes */
+    _Atomic int tid_set;
+    _Atomic int irq_want;     /* an interrupt was asked (the supervisor sets, the worker clears) */
+    _Atomic uint64_t irq_seq; /* for that slice (kh_worker_slice_seq) */
+    _Atomic uint64_t irq_ms;  /* which had run that long */
+    _Atomic int irq_persist;  /* the second interrupt of one slice: raise until it ends */
 } kh_lua;
 
 /* The sentinel every engine wait yields, so a user coroutine wrapper can pass it upward. */

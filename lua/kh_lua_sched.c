@@ -11,10 +11,17 @@
  * kh_worker_slice_begin/end, named by its route ("GET /spin", a Lua string of the routes table,
  * alive until lua_close) or its kind ("timer callback"), so that the supervisor thread can say
  * what a stalled worker runs. When a slice has run handler_interrupt_ms without yielding, the
- * supervisor calls kh__lua_interrupt, which sets a count hook with lua_sethook: LuaJIT allows
- * that from outside the running thread ("can be called asynchronously (e.g. during a signal)",
- * lj_dispatch.c; its own lua.c does it from a SIGINT handler): it only stores the hook fields
- * and switches the interpreter's dispatch table to the hook-checking one. The hook runs at the
+ * supervisor calls kh__lua_interrupt, which records the request (slice number, irq_want) and
+ * sends KH_IRQ_SIGNAL to the worker's thread; the handler, on that thread, sets a count hook
+ * with lua_sethook, which LuaJIT allows from a signal handler ("can be called asynchronously
+ * (e.g. during a signal)", lj_dispatch.c; its own lua.c does it on SIGINT): it only stores the
+ * hook fields and switches the interpreter's dispatch table to the hook-checking one. Setting
+ * it from the supervisor's thread directly would race with the worker's own read-modify-writes
+ * of the same global_State fields (entering a hook or a __gc finalizer); on the worker's own
+ * thread a handler runs between two of its instructions (at worst it lands inside such a
+ * read-modify-write, whose store then undoes the hook: no interrupt this time, the next comes
+ * one period later), and the worker blocks the signal around its own lua_sethook calls
+ * (irq_clear). The hook runs at the
  * next bytecode the interpreter executes, on the worker's thread, in whichever coroutine runs;
  * it clears itself and raises "handler interrupted after N ms (handler_interrupt_ms=M)" if that
  * slice is still the one it was set for (else it only clears itself). The runner's xpcall turns
@@ -38,8 +45,12 @@
  * C code (a blocking C or FFI call, os.execute) is never interrupted. luaJIT_setmode (flushing
  * traces, turning the JIT off) is not safe from another thread, and the hook itself never runs
  * inside the trace, so nothing more is tried for the compiled case: stall_shed_ms and
- * stall_exit_ms (main.c) are the answer there. lua_sethook calls are serialized by irq_lock
- * (the supervisor's set, the hook's and the slice end's clear). */
+ * stall_exit_ms (main.c) are the answer there. The signal is sent only to a worker in a slice
+ * past the limit; SA_RESTART restarts most system calls it interrupts, but a Lua handler
+ * blocked in one that never restarts (nanosleep, epoll_wait) returns early with EINTR. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,18 +246,39 @@ static const char *slice_name(kh_lua *K, kh_lua_co *c)
     return "a Lua callback";
 }
 
-/* The worker's own kh_lua, for the hook (which only gets a lua_State). */
+/* The worker's own kh_lua, for the hook and the signal handler (on the worker's thread). */
 static _Thread_local kh_lua *hook_K;
 
-static void irq_lock(kh_lua *K)
+/* The signal that carries an interrupt to the worker's thread: ignored by default, so one that
+ * comes before the handler is installed does nothing (Go's runtime preempts with it too). */
+#define KH_IRQ_SIGNAL SIGURG
+
+/* On the worker's thread, in a signal handler: the one place the hook is set. LuaJIT's
+ * lua_sethook "can be called asynchronously (e.g. during a signal)": it stores the hook fields
+ * and switches the dispatch table, allocates nothing and takes no lock. */
+static void interrupt_hook(lua_State *L, lua_Debug *ar);
+static void irq_handler(int sig)
 {
-    while (atomic_exchange_explicit(&K->irq_lock, 1, memory_order_acquire))
-        ;
+    (void)sig;
+    int saved = errno;
+    kh_lua *K = hook_K;
+    if (K && atomic_load_explicit(&K->irq_want, memory_order_acquire))
+        lua_sethook(K->L, interrupt_hook, LUA_MASKCOUNT, 1);
+    errno = saved;
 }
 
-static void irq_unlock(kh_lua *K)
+/* On the worker's thread: clears the hook, with the signal blocked so that its handler cannot
+ * run in the middle of this lua_sethook (a pending one runs after, and finds irq_want 0). */
+static void irq_clear(kh_lua *K, lua_State *L)
 {
-    atomic_store_explicit(&K->irq_lock, 0, memory_order_release);
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, KH_IRQ_SIGNAL);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    if (K)
+        atomic_store_explicit(&K->irq_want, 0, memory_order_relaxed);
+    lua_sethook(L, NULL, 0, 0);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* On the worker's thread, at a bytecode of whatever Lua code runs (see the header). */
@@ -254,39 +286,44 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     kh_lua *K = hook_K;
-    if (K == NULL) {
-        lua_sethook(L, NULL, 0, 0);
-        return;
-    }
-    irq_lock(K);
-    int fire = K->current != NULL && atomic_load_explicit(&K->irq_armed, memory_order_relaxed) &&
-               K->irq_seq == kh_worker_slice_seq(K->w);
-    if (!fire || !K->irq_persist) {
-        lua_sethook(L, NULL, 0, 0);
-        atomic_store_explicit(&K->irq_armed, 0, memory_order_relaxed);
-    }
-    uint64_t ms = K->irq_ms;
-    irq_unlock(K);
+    int fire = K && K->current && atomic_load_explicit(&K->irq_want, memory_order_acquire) &&
+               atomic_load_explicit(&K->irq_seq, memory_order_relaxed) ==
+                   kh_worker_slice_seq(K->w);
+    if (!fire || !atomic_load_explicit(&K->irq_persist, memory_order_relaxed))
+        irq_clear(K, L);
     if (!fire)
         return;
     const char *who = K->current->s ? "handler" : slice_name(K, K->current);
-    luaL_error(L, "%s interrupted after %d ms (handler_interrupt_ms=%d)", who, (int)ms,
+    luaL_error(L, "%s interrupted after %d ms (handler_interrupt_ms=%d)", who,
+               (int)atomic_load_explicit(&K->irq_ms, memory_order_relaxed),
                (int)K->w->limits->handler_interrupt_ms);
 }
 
+/* The supervisor thread, under the worker's mutex (the app is open). */
 void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms)
 {
+    static int installed; /* only the supervisor thread gets here */
     kh_lua *K = app;
-    irq_lock(K);
-    if (kh_worker_slice_seq(K->w) == seq) {
-        /* the second time for one slice: it caught the first error and ran on */
-        K->irq_persist = K->irq_seq == seq;
-        K->irq_seq = seq;
-        K->irq_ms = ms;
-        atomic_store_explicit(&K->irq_armed, 1, memory_order_relaxed);
-        lua_sethook(K->L, interrupt_hook, LUA_MASKCOUNT, 1);
+    if (!atomic_load_explicit(&K->tid_set, memory_order_acquire) ||
+        kh_worker_slice_seq(K->w) != seq)
+        return;
+    if (!installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = irq_handler;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(KH_IRQ_SIGNAL, &sa, NULL) != 0)
+            return;
+        installed = 1;
     }
-    irq_unlock(K);
+    /* the second time for one slice: it caught the first error and ran on */
+    int persist = atomic_load_explicit(&K->irq_seq, memory_order_relaxed) == seq;
+    atomic_store_explicit(&K->irq_persist, persist, memory_order_relaxed);
+    atomic_store_explicit(&K->irq_ms, ms, memory_order_relaxed);
+    atomic_store_explicit(&K->irq_seq, seq, memory_order_relaxed);
+    atomic_store_explicit(&K->irq_want, 1, memory_order_release);
+    pthread_kill(K->tid, KH_IRQ_SIGNAL);
 }
 
 /* One slice: resumes c with nargs values on its stack. The only caller of lua_resume; only
@@ -295,18 +332,18 @@ void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs)
 {
     lua_State *co = c->co;
     K->current = c;
-    hook_K = K;
+    if (!hook_K) { /* the first slice: the interrupt's signal comes to this thread */
+        hook_K = K;
+        K->tid = pthread_self();
+        atomic_store_explicit(&K->tid_set, 1, memory_order_release);
+    }
     uint64_t t0 = uv_hrtime();
     kh_worker_slice_begin(K->w, slice_name(K, c), t0);
     int st = lua_resume(co, nargs);
     kh_worker_slice_end(K->w);
     K->current = NULL;
-    if (atomic_load_explicit(&K->irq_armed, memory_order_relaxed)) {
-        irq_lock(K);
-        lua_sethook(K->L, NULL, 0, 0);
-        atomic_store_explicit(&K->irq_armed, 0, memory_order_relaxed);
-        irq_unlock(K);
-    }
+    if (atomic_load_explicit(&K->irq_want, memory_order_relaxed))
+        irq_clear(K, K->L);
     slice_warn(K, c, uv_hrtime() - t0);
     if (st == LUA_YIELD) {
         if (lua_gettop(co) >= 1 && lua_touserdata(co, -1) == KH_YIELD &&

@@ -356,6 +356,8 @@ static void worker_loop(kh_worker *w, int loaded)
     /* the app's load took its time: the watchdog counts from here */
     atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
     uv_run(&w->loop, UV_RUN_DEFAULT);
+    /* it serves no more: the watchdog stops looking (closing the app may take a while) */
+    atomic_store_explicit(&w->done, 1, memory_order_release);
     if (!loaded)
         return;
 
@@ -377,7 +379,6 @@ static void worker_main(void *arg)
 {
     kh_worker *w = arg;
     worker_loop(w, worker_load(w));
-    atomic_store_explicit(&w->done, 1, memory_order_release);
 }
 
 /* The loop, its handles and the buffers, on the calling thread (main), before the worker runs. */
@@ -472,7 +473,6 @@ int kh_worker_load_here(kh_worker *w, int id, const kh_config *cfg)
 void kh_worker_run_here(kh_worker *w)
 {
     worker_loop(w, w->loaded);
-    atomic_store_explicit(&w->done, 1, memory_order_release);
 }
 
 int kh_worker_wait_ready(kh_worker *w)

@@ -400,7 +400,11 @@ static void usage(FILE *out)
             "                         number of cores); --pool-queue N jobs queued per thread\n"
             "  --limit NAME=VALUE     set a limit (repeatable); also --NAME-WITH-DASHES VALUE\n"
             "  --print-limits         print every limit with its value and range, then exit\n"
-            "  --version, --help\n");
+            "  --version, --help\n"
+            "\n"
+            "SIGTERM or SIGINT stops gracefully (exit 0); a second one exits at once (exit 3), as\n"
+            "does a worker still stalled after --grace. Exit 4: a worker stalled past\n"
+            "stall_exit_ms. Exit 1: start-up failed; 2: usage.\n");
 }
 
 /* "127.0.0.1:8080", "[::1]:0", ":8080" (all IPv4 addresses), "8080", each optionally after

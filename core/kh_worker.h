@@ -3,8 +3,11 @@
  * kh_worker_run_here: main runs worker 0 itself, which saves a thread start at start-up).
  * Owns:  everything it touches (style.md §2): loop, router, app state, buffer cache, stream pool,
  *        timeout queues, the flush list, the access-log buffer.
- * In:    listening fds and the read-only kh_config from main; a stop request through uv_async.
- * Out:   a load result to main (kh_worker_wait_ready); served connections.
+ * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
+ *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt).
+ * Out:   a load result to main (kh_worker_wait_ready); served connections; its watchdog view
+ *        (heartbeat stamp, the app slice that runs and its name), atomics the supervisor reads
+ *        (kh_worker_watch).
  * Never: shares a mutable byte with another worker. */
 #ifndef KH_WORKER_H
 #define KH_WORKER_H

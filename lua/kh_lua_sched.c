@@ -55,6 +55,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define KH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KH_ASAN 1
+#endif
+#endif
+#ifdef KH_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include "kh_err.h"
 #include "kh_log.h"
 #include "kh_lua_copy.h"
@@ -294,6 +305,12 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
     if (!fire)
         return;
     const char *who = K->current->s ? "handler" : slice_name(K, K->current);
+#ifdef KH_ASAN
+    /* LuaJIT unwinds this frame with _Unwind_RaiseException, which ASan does not see: the
+     * redzones of the unwound frames would stay poisoned, and a later frame there (a signal
+     * handler's) would be reported. What a noreturn call does, done by hand. */
+    __asan_handle_no_return();
+#endif
     luaL_error(L, "%s interrupted after %d ms (handler_interrupt_ms=%d)", who,
                (int)atomic_load_explicit(&K->irq_ms, memory_order_relaxed),
                (int)K->w->limits->handler_interrupt_ms);

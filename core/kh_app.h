@@ -1,9 +1,11 @@
 /* kh_app.h: the only way core calls up into the application layer (the Lua binding).
- * Core knows no more of Lua than this table. All calls happen on the worker's own thread. */
+ * Core knows no more of Lua than this table. All calls happen on the worker's own thread, except
+ * `interrupt`. */
 #ifndef KH_APP_H
 #define KH_APP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct kh_worker kh_worker;
 typedef struct kh_stream kh_stream;
@@ -30,6 +32,10 @@ typedef struct kh_app_vt {
      * there when the pool stops. Called with the process config (read-only). */
     void *(*pool_thread_init)(const kh_config *cfg, int index);
     void (*pool_thread_close)(void *state);
+    /* The one call from another thread (the supervisor, under the worker's mutex, while the
+     * app is open): slice `seq` (kh_worker_slice_seq) has run `ms` without yielding; interrupt
+     * it if it still runs. It may only set flags (signal-handler style); may be NULL. */
+    void (*interrupt)(void *app, uint64_t seq, uint64_t ms);
 } kh_app_vt;
 
 #endif

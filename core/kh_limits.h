@@ -38,9 +38,9 @@
     X(slice_warn_ms, 20, 0, 600000, "log a Lua slice that runs longer (0: off)")                  \
     X(defer_timeout_ms, 60000, 1, 86400000, "default res:defer() timeout (then 504)")             \
     X(stall_report_ms, 1000, 100, 3600000, "report a worker loop stalled this long")              \
-    X(stall_shed_ms, 1000, 50, 3600000, "a worker stalled this long takes no new connections until it runs again") \
-    X(stall_exit_ms, 0, 0, 86400000, "end the process when a worker stays stalled this long (0: off)") \
-    X(handler_interrupt_ms, 0, 0, 86400000, "interrupt a Lua handler running this long without yielding: 500 (0: off)") \
+    X(stall_shed_ms, 500, 50, 3600000, "a worker stalled this long gets no new connections until it runs again (the others take them)") \
+    X(stall_exit_ms, 0, 0, 86400000, "exit with code 4 when a worker stays stalled this long, for a process manager to restart (0: off)") \
+    X(handler_interrupt_ms, 0, 0, 86400000, "raise an error in Lua code running this long without yielding: 500 (0: off; interpreted code only)") \
     X(tls_handshake_timeout_ms, 10000, 50, 3600000, "time for a TLS handshake to complete")       \
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again") \
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \

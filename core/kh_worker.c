@@ -2,12 +2,16 @@
  * Owns:  the loop and everything on it; the order of a loop turn: I/O callbacks, then one
  *        flush pass over dirty connections (uv_prepare, redis's beforeSleep), then poll.
  * In:    listening fds, config, stop requests.
- * Out:   connections handed to kh_conn; app init through kh_app_vt. */
+ * Out:   connections handed to kh_conn; app init through kh_app_vt; for the supervisor's
+ *        watchdog, a heartbeat stamp and the app's slice bracket (kh_worker_watch), read
+ *        without locks but for the slice's name, which is copied under `mu` while the app is
+ *        open (worker_loop raises app_closing under `mu` before it closes the app). */
 #include "kh_worker.h"
 
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,12 +103,48 @@ int kh_worker_post(const kh_config *cfg, int to, kh_chan_msg *m)
 static void heartbeat_cb(uv_timer_t *t)
 {
     kh_worker *w = t->data;
-    atomic_fetch_add_explicit(&w->beats, 1, memory_order_relaxed);
+    atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
 }
 
-uint64_t kh_worker_beats(kh_worker *w)
+void kh_worker_watch(kh_worker *w, uint64_t now_ms, kh_worker_stall *st)
 {
-    return atomic_load_explicit(&w->beats, memory_order_relaxed);
+    memset(st, 0, sizeof *st);
+    st->done = atomic_load_explicit(&w->done, memory_order_acquire);
+    if (st->done)
+        return;
+    st->alive_ms = atomic_load_explicit(&w->alive_ms, memory_order_relaxed);
+    uint64_t due = st->alive_ms + w->heartbeat_ms; /* the next heartbeat of a loop that turns */
+    uint64_t late = now_ms > due ? now_ms - due : 0;
+    uint64_t t0 = atomic_load_explicit(&w->slice_start_ns, memory_order_acquire);
+    if (t0) {
+        uint64_t t0_ms = t0 / 1000000u;
+        st->slice_ms = now_ms > t0_ms ? now_ms - t0_ms : 0;
+        st->slice_seq = atomic_load_explicit(&w->slice_seq, memory_order_relaxed);
+        /* the name is the app's (a Lua string): copied only while the app state is open */
+        uv_mutex_lock(&w->mu);
+        const char *name = atomic_load_explicit(&w->slice_name, memory_order_acquire);
+        if (!w->app_closing && name)
+            snprintf(st->what, sizeof st->what, "%s", name);
+        uv_mutex_unlock(&w->mu);
+    }
+    st->stalled_ms = st->slice_ms > late ? st->slice_ms : late;
+}
+
+int kh_worker_interrupt(kh_worker *w, uint64_t seq, uint64_t ms)
+{
+    int done = 0;
+    uv_mutex_lock(&w->mu);
+    if (!w->app_closing && w->app && w->cfg->app->interrupt) {
+        w->cfg->app->interrupt(w->app, seq, ms);
+        done = 1;
+    }
+    uv_mutex_unlock(&w->mu);
+    return done;
+}
+
+int kh_worker_listener_fd(const kh_worker *w, int i)
+{
+    return w->cfg->listens[i].fds[w->id];
 }
 
 static void tick_cb(uv_timer_t *t)
@@ -285,12 +325,20 @@ static void worker_loop(kh_worker *w, int loaded)
     char name[16];
     snprintf(name, sizeof name, "w%d", w->id);
     kh_log_set_thread_name(name);
+    /* the app's load took its time: the watchdog counts from here */
+    atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
     uv_run(&w->loop, UV_RUN_DEFAULT);
+    /* it serves no more: the watchdog stops looking (closing the app may take a while) */
+    atomic_store_explicit(&w->done, 1, memory_order_release);
     if (!loaded)
         return;
 
     /* later posts are disposed of by their posters; what is queued is disposed of here */
     kh_chan_close(&w->inbox);
+    /* the supervisor reads slice names and interrupts only under mu, while the app is open */
+    uv_mutex_lock(&w->mu);
+    w->app_closing = 1;
+    uv_mutex_unlock(&w->mu);
     if (w->app)
         w->cfg->app->worker_close(w->app);
     w->app = NULL;
@@ -324,7 +372,17 @@ static int worker_prepare(kh_worker *w, int id, const kh_config *cfg)
         return r;
     uv_timer_init(&w->loop, &w->heartbeat);
     w->heartbeat.data = w;
-    uv_timer_start(&w->heartbeat, heartbeat_cb, 100, 100);
+    /* a quarter of the shortest stall limit, at most 100 ms: the watchdog's error bound */
+    const kh_limits *lim = &cfg->limits;
+    uint64_t hb = lim->stall_report_ms;
+    if (lim->stall_shed_ms < hb)
+        hb = lim->stall_shed_ms;
+    if (lim->stall_exit_ms && lim->stall_exit_ms < hb)
+        hb = lim->stall_exit_ms;
+    hb /= 4;
+    w->heartbeat_ms = hb < 10 ? 10 : hb > 100 ? 100 : hb;
+    atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
+    uv_timer_start(&w->heartbeat, heartbeat_cb, w->heartbeat_ms, w->heartbeat_ms);
     uv_unref((uv_handle_t *)&w->heartbeat);
     w->flush_tail = &w->flush_head;
     uv_prepare_init(&w->loop, &w->flush_prepare);
@@ -419,12 +477,19 @@ static void free_streams(kh_worker *w)
     }
 }
 
+void kh_worker_join_thread(kh_worker *w)
+{
+    if (w->started && w->threaded) {
+        uv_thread_join(&w->thread);
+        w->threaded = 0;
+    }
+}
+
 void kh_worker_join(kh_worker *w)
 {
     if (!w->started)
         return;
-    if (w->threaded)
-        uv_thread_join(&w->thread);
+    kh_worker_join_thread(w);
     if (w->router)
         kh_router_free(w->router);
     int r = uv_loop_close(&w->loop);

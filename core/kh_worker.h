@@ -3,12 +3,16 @@
  * kh_worker_run_here: main runs worker 0 itself, which saves a thread start at start-up).
  * Owns:  everything it touches (style.md §2): loop, router, app state, buffer cache, stream pool,
  *        timeout queues, the flush list, the access-log buffer.
- * In:    listening fds and the read-only kh_config from main; a stop request through uv_async.
- * Out:   a load result to main (kh_worker_wait_ready); served connections.
+ * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
+ *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt).
+ * Out:   a load result to main (kh_worker_wait_ready); served connections; its watchdog view
+ *        (heartbeat stamp, the app slice that runs and its name), atomics the supervisor reads
+ *        (kh_worker_watch).
  * Never: shares a mutable byte with another worker. */
 #ifndef KH_WORKER_H
 #define KH_WORKER_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -72,8 +76,15 @@ struct kh_worker {
     uv_loop_t loop;
     uv_async_t wakeup;
     kh_chan inbox;          /* messages from pool threads and other workers */
-    uv_timer_t heartbeat;   /* bumps beats so main.c's watchdog sees a stalled loop */
-    _Atomic uint64_t beats; /* written by this worker, read by the watchdog */
+    uv_timer_t heartbeat;   /* stamps alive_ms so main.c's watchdog sees a stalled loop */
+    /* The watchdog's view (kh_worker_watch): written by this worker, read by the supervisor
+     * thread without locks. */
+    _Atomic uint64_t alive_ms;       /* uv_hrtime in ms at the last heartbeat */
+    _Atomic uint64_t slice_start_ns; /* the app slice that runs now began (uv_hrtime); 0: none */
+    _Atomic uint64_t slice_seq;      /* bumped when a slice begins */
+    _Atomic(const char *) slice_name; /* what that slice runs ("GET /users/:id", "timer") */
+    _Atomic int done;                /* its loop has ended: the watchdog no longer looks at it */
+    uint64_t heartbeat_ms;           /* heartbeat period */
     uv_prepare_t flush_prepare;
     uv_timer_t tick;
     uv_timer_t grace;
@@ -105,6 +116,7 @@ struct kh_worker {
     int started;  /* its loop was initialized (kh_worker_join has something to free) */
     int threaded; /* it runs on `thread`, which kh_worker_join joins */
     int loaded;   /* kh_worker_load_here: the app loaded (the loop serves, then closes it) */
+    int app_closing; /* under mu: the app state is being closed (no more kh_worker_interrupt) */
 };
 
 /* Starts the thread; the worker loads the app, then reports through kh_worker_wait_ready. */
@@ -120,13 +132,60 @@ int kh_worker_wait_ready(kh_worker *w);
 void kh_worker_request_stop(kh_worker *w);
 /* Joins its thread (if it has one) and frees what the loop left; nothing if it never started. */
 void kh_worker_join(kh_worker *w);
+/* Only joins its thread (if it has one): the worker's memory stays for the supervisor, which
+ * may still read it, until kh_worker_join. */
+void kh_worker_join_thread(kh_worker *w);
 
 /* Any thread: posts m to worker `to`'s mailbox (the app's on_message receives it there).
  * Returns 0, or KH_ECLOSED / KH_EINVAL after disposing of m. */
 int kh_worker_post(const kh_config *cfg, int to, kh_chan_msg *m);
-/* Any thread (the watchdog): the worker's heartbeat counter (moves every ~100 ms while its
- * loop turns). */
-uint64_t kh_worker_beats(kh_worker *w);
+/* The watchdog (main.c's supervisor thread) and a stalled worker.
+ *
+ * A worker stamps alive_ms from a heartbeat timer every heartbeat_ms (at most 100 ms, a quarter
+ * of the shortest stall limit), and the app brackets each of its slices (one run of Lua between
+ * two waits) with kh_worker_slice_begin/end. The supervisor reads both without locks:
+ * kh_worker_watch says how long the loop has not turned, and in what. */
+typedef struct kh_worker_stall {
+    uint64_t stalled_ms; /* a lower bound: the slice's age, or the heartbeat's lateness */
+    uint64_t slice_ms;   /* age of the slice that runs now (0: none) */
+    uint64_t slice_seq;  /* its number, for kh_worker_interrupt */
+    uint64_t alive_ms;   /* the last heartbeat: it moves again once the loop turns */
+    int done;            /* the worker's loop has ended */
+    char what[128];      /* "GET /spin", "timer callback", "" (not in the app: C code) */
+} kh_worker_stall;
+/* Any thread: fills *st for now_ms (uv_hrtime() / 1e6). The name is copied under the worker's
+ * mutex, so it is never read after the app state that owns it was closed. */
+void kh_worker_watch(kh_worker *w, uint64_t now_ms, kh_worker_stall *st);
+/* Any thread: asks the app to interrupt slice `seq` if it still runs (kh_app_vt.interrupt).
+ * Returns 1 if the request was passed on (the app may still be unable to act on it). */
+int kh_worker_interrupt(kh_worker *w, uint64_t seq, uint64_t ms);
+/* Any thread: the listening socket of listener i (the order of --listen) of this worker. It
+ * is main's fd, in the SO_REUSEPORT group at index w->id (main binds and listens in worker
+ * order), open from start-up until the worker stops: whatever accepts on it (uv_listen, or a
+ * uv_poll_t + accept4) must neither close nor re-create it while the worker serves, so that
+ * the supervisor may steer new connections away from a stalled worker (main.c). */
+int kh_worker_listener_fd(const kh_worker *w, int i);
+
+/* On the worker's thread, around each slice of app code (the Lua binding's resume). name must
+ * stay valid until the app state is closed (worker_close). t0_ns: uv_hrtime() at the start. */
+static inline void kh_worker_slice_begin(kh_worker *w, const char *name, uint64_t t0_ns)
+{
+    atomic_store_explicit(&w->slice_name, name, memory_order_relaxed);
+    /* one writer: a plain store, no locked add */
+    atomic_store_explicit(&w->slice_seq,
+                          atomic_load_explicit(&w->slice_seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->slice_start_ns, t0_ns ? t0_ns : 1, memory_order_release);
+}
+static inline void kh_worker_slice_end(kh_worker *w)
+{
+    atomic_store_explicit(&w->slice_start_ns, 0, memory_order_release);
+}
+/* On the worker's thread: the number of the slice that runs now (or ran last). */
+static inline uint64_t kh_worker_slice_seq(kh_worker *w)
+{
+    return atomic_load_explicit(&w->slice_seq, memory_order_relaxed);
+}
 
 /* On the worker's thread: the current Date header value (refreshed once a second). */
 const char *kh_worker_date(kh_worker *w);

@@ -1,12 +1,16 @@
 /* main.c: the khamsin command: CLI, listening sockets, workers, signals.
  * Owns:  the only process-wide state (config, workers array), all of it read-only for workers.
  * In:    argv, signals.
- * Out:   started workers; exit status 0 after a graceful stop, non-zero when start-up fails.
+ * Out:   started workers; exit status 0 after a graceful stop, 1 when start-up fails, 2 on a
+ *        usage error, 3 (KH_EXIT_FORCED) when a second stop signal or a worker stalled past the
+ *        grace period ends it, 4 (KH_EXIT_STALL) when a worker stalled past stall_exit_ms.
  * Threads: the main thread parses, binds, then runs worker 0 itself (workers 1..N-1 get threads);
- *        signals and the watchdog run on the supervisor thread, started once worker 0 serves. */
+ *        signals and the watchdog run on the supervisor thread (created before worker 0 loads);
+ *        it also steers new connections away from a stalled worker (reuseport BPF). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,65 +36,325 @@ extern const kh_app_vt kh_lua_app; /* lua/kh_lua.h: the one thing main knows of 
 
 static kh_config cfg;
 static kh_worker *workers;
-static int stop_signals;
 
-/* The watchdog (design.md §4: "a worker heartbeat checked by the main thread"): nothing can
- * preempt a Lua loop inside a compiled trace, but main can say which worker is stuck. */
+/* Exit codes besides 0 (graceful stop), 1 (start-up failed) and 2 (usage): */
+#define KH_EXIT_FORCED 3 /* a second SIGTERM/SIGINT, or a worker still stalled after --grace */
+#define KH_EXIT_STALL 4  /* a worker stalled past stall_exit_ms */
+/* After the first stop signal, the process exits with KH_EXIT_FORCED if some worker has not
+ * stopped this long after the grace period: a worker stops by itself at the end of --grace, so
+ * one that has not is stalled. */
+#define STOP_MARGIN_MS 1000
+
+/* The watchdog (design.md §4: "a worker heartbeat checked by the main thread"), on the
+ * supervisor thread. Each tick (a quarter of the shortest stall limit, 10 to 250 ms) it reads
+ * every worker's kh_worker_watch without locks, and:
+ *  - stall_report_ms: logs a stalled loop with what it runs ("in GET /spin"), and again when
+ *    the loop turns again (its heartbeat stamp moved);
+ *  - stall_shed_ms: steers new connections away from the stalled worker (below) until it runs
+ *    again;
+ *  - handler_interrupt_ms: asks the app to interrupt the slice (kh_worker_interrupt; what Lua
+ *    code can be interrupted is in lua/kh_lua_sched.c), again every handler_interrupt_ms while
+ *    the same slice runs on;
+ *  - stall_exit_ms: logs the worker and what it runs, and _exits with KH_EXIT_STALL, so that a
+ *    process manager restarts khamsin (a plain exit code: no core dump, nothing to flush but
+ *    log lines, which are written one write(2) each).
+ *
+ * Shedding. A stalled worker cannot run its own loop, so the supervisor acts on its listening
+ * socket. Two ways were probed on Linux 6.x (a test program, three SO_REUSEPORT listeners and
+ * 60 connections): (a) a classic BPF program attached to the reuseport group with
+ * SO_ATTACH_REUSEPORT_CBPF returns the index of the socket that gets a new connection (the
+ * order in which the sockets joined the group, i.e. listen() order: bind_listen listens in
+ * worker order, so index = worker id); it steered 60 of 60 away from the excluded socket, and
+ * connections already queued on it stayed there until accepted. (b) shutdown(fd, SHUT_RD) on
+ * the stalled worker's listener takes it out of the group (listen() again puts it back), but
+ * resets the connections queued on it (4 of 20 queued clients were reset in the probe). (a)
+ * loses nothing, so it is the one used: the program draws a random number (SKF_AD_RANDOM) and
+ * returns healthy[random % healthy_count]; it is attached on any socket of each group, replaced
+ * when the set of stalled workers changes, and detached (SO_DETACH_REUSEPORT_BPF, Linux 5.14;
+ * older kernels get a program that returns an out-of-range index, which the kernel answers with
+ * its own hash choice) when every worker runs again, so that the kernel's hash picks again.
+ * Connections the kernel had already queued on the stalled worker's socket stay queued until
+ * it runs again (or until the process exits, which resets them). With one worker, or when
+ * every worker is stalled, there is nowhere to steer to. From the first stop signal on the
+ * program is detached and left alone: the workers close their listeners, which reorders the
+ * group. The fds come from kh_worker_listener_fd, whose contract (open and in the group while
+ * the worker serves) is the accept path's.
+ *
+ * Signals. The first SIGTERM/SIGINT starts the graceful stop; a worker stalled at that moment
+ * is named, with a hint. A second SIGTERM/SIGINT while some worker has not stopped logs, for
+ * each such worker, "worker N stalled N ms in GET /route: exiting now" (or that it is still
+ * finishing its requests) and _exits with KH_EXIT_FORCED at once; so does the end of the grace
+ * period plus STOP_MARGIN_MS with a worker still running. */
 typedef struct watch {
-    uint64_t beats, changed_ms;
-    int reported;
+    int reported;      /* the stall was logged */
+    int shed;          /* left out of the steering program */
+    uint64_t alive_ms; /* heartbeat stamp when the stall was seen: it moves once the loop turns */
+    uint64_t since_ms; /* when the stall began (a lower bound) */
+    uint64_t irq_seq, irq_at_ms; /* the last interrupt asked: slice and time */
+    int irq_count;
 } watch;
 static watch *watches;
+static int stopping;
+static uint64_t stop_deadline_ms;
+static int steering;      /* a program is attached to the reuseport groups */
+static int steer_broken;  /* attaching failed once: shedding is off */
+static uv_async_t supervisor_quit;
+
+#ifndef SO_DETACH_REUSEPORT_BPF
+#define SO_DETACH_REUSEPORT_BPF 68
+#endif
+
+static uint64_t now_ms(void)
+{
+    return uv_hrtime() / 1000000u;
+}
+
+/* Attaches prog (or detaches, prog NULL) on every reuseport group. Returns 0 or an errno. */
+static int steer_set(struct sock_fprog *prog)
+{
+    for (int l = 0; l < cfg.num_listens; l++) {
+        int fd = kh_worker_listener_fd(&workers[0], l);
+        int r;
+        if (prog) {
+            r = setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, prog, sizeof *prog);
+        } else {
+            int zero = 0;
+            r = setsockopt(fd, SOL_SOCKET, SO_DETACH_REUSEPORT_BPF, &zero, sizeof zero);
+            if (r != 0 && errno != ENOENT) {
+                /* before Linux 5.14: an index past the group falls back to the kernel's hash */
+                struct sock_filter any[] = {BPF_STMT(BPF_RET | BPF_K, 0xffffffffu)};
+                struct sock_fprog p = {1, any};
+                r = setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &p, sizeof p);
+            } else {
+                r = 0;
+            }
+        }
+        if (r != 0)
+            return errno;
+    }
+    return 0;
+}
+
+/* New connections to the workers that are not shed (see above). Returns how many get them (0:
+ * every worker is stalled, or steering is off). */
+static int steer(void)
+{
+    if (steer_broken || stopping)
+        return 0;
+    int nh = 0;
+    int *healthy = kh_xcalloc((size_t)cfg.workers, sizeof(int));
+    for (int i = 0; i < cfg.workers; i++)
+        if (!watches[i].shed)
+            healthy[nh++] = i;
+    int err = 0;
+    if (nh == cfg.workers || nh == 0) {
+        if (steering)
+            err = steer_set(NULL);
+        steering = 0;
+    } else {
+        /* A = random % nh; then one "jeq k / ret healthy[k]" pair per healthy worker */
+        size_t n = 2 + 2 * (size_t)(nh - 1) + 1;
+        struct sock_filter *code = kh_xcalloc(n, sizeof *code);
+        size_t pc = 0;
+        code[pc++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                                  (uint32_t)(SKF_AD_OFF + SKF_AD_RANDOM));
+        code[pc++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, (uint32_t)nh);
+        for (int k = 0; k < nh - 1; k++) {
+            code[pc++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)k, 0, 1);
+            code[pc++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, (uint32_t)healthy[k]);
+        }
+        code[pc++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, (uint32_t)healthy[nh - 1]);
+        struct sock_fprog prog = {(unsigned short)pc, code};
+        err = steer_set(&prog);
+        steering = err == 0;
+        free(code);
+    }
+    free(healthy);
+    if (err) {
+        steer_broken = 1;
+        KH_LOG_WARN("cannot steer new connections away from a stalled worker (reuseport BPF: "
+                    "%s): stall_shed_ms is off",
+                    strerror(err));
+        return 0;
+    }
+    return nh;
+}
+
+static const char *stall_what(const kh_worker_stall *st)
+{
+    return st->what[0] ? st->what : "C code (not in a Lua slice)";
+}
+
+/* Any worker that has not stopped: a line each, then _exit(KH_EXIT_FORCED). */
+static void forced_exit(const char *why)
+{
+    uint64_t now = now_ms();
+    int left = 0;
+    for (int i = 0; i < cfg.workers; i++) {
+        kh_worker_stall st;
+        kh_worker_watch(&workers[i], now, &st);
+        if (st.done)
+            continue;
+        left++;
+        if (st.stalled_ms >= 2 * workers[i].heartbeat_ms)
+            KH_LOG_ERROR("worker %d stalled %llu ms in %s: exiting now (%s; exit code %d)", i,
+                         (unsigned long long)st.stalled_ms, stall_what(&st), why, KH_EXIT_FORCED);
+        else
+            KH_LOG_ERROR("worker %d is still finishing its requests: exiting now (%s; exit code "
+                         "%d)",
+                         i, why, KH_EXIT_FORCED);
+    }
+    if (left == 0)
+        return; /* every worker has stopped: main is about to exit 0 */
+    _exit(KH_EXIT_FORCED);
+}
 
 static void watchdog_cb(uv_timer_t *t)
 {
-    uint64_t now = uv_now(t->loop);
+    (void)t;
+    const kh_limits *lim = &cfg.limits;
+    uint64_t now = now_ms();
     for (int i = 0; i < cfg.workers; i++) {
         watch *wt = &watches[i];
-        uint64_t b = kh_worker_beats(&workers[i]);
-        if (b != wt->beats) {
+        kh_worker_stall st;
+        kh_worker_watch(&workers[i], now, &st);
+        if (st.done)
+            continue;
+        if ((wt->reported || wt->shed) && st.alive_ms != wt->alive_ms) {
             if (wt->reported)
                 KH_LOG_WARN("w%d: event loop running again after a stall of %llu ms", i,
-                            (unsigned long long)(now - wt->changed_ms));
-            wt->beats = b;
-            wt->changed_ms = now;
-            wt->reported = 0;
-        } else if (!wt->reported && now - wt->changed_ms >= cfg.limits.stall_report_ms) {
-            wt->reported = 1;
-            KH_LOG_WARN("w%d: event loop stalled for %llu ms (blocking code in a handler? use "
-                        "k.blocking)",
-                        i, (unsigned long long)(now - wt->changed_ms));
+                            (unsigned long long)(now - wt->since_ms));
+            int was_shed = wt->shed;
+            wt->reported = wt->shed = 0;
+            if (was_shed) {
+                steer(); /* before the line: a client that reads it finds it done */
+                KH_LOG_INFO("w%d: takes new connections again", i);
+            }
         }
+        if (!wt->reported && !wt->shed) {
+            wt->alive_ms = st.alive_ms;
+            wt->since_ms = now - st.stalled_ms;
+        }
+        if (!wt->reported && st.stalled_ms >= lim->stall_report_ms) {
+            wt->reported = 1;
+            KH_LOG_WARN("w%d: event loop stalled for %llu ms in %s (blocking code in a handler? "
+                        "use k.blocking)",
+                        i, (unsigned long long)st.stalled_ms, stall_what(&st));
+        }
+        if (!wt->shed && !stopping && cfg.workers > 1 && !steer_broken &&
+            st.stalled_ms >= lim->stall_shed_ms) {
+            wt->shed = 1;
+            if (steer() > 0)
+                KH_LOG_WARN("w%d: no new connections while stalled (%llu ms in %s; over "
+                            "stall_shed_ms=%llu): the other workers take them",
+                            i, (unsigned long long)st.stalled_ms, stall_what(&st),
+                            (unsigned long long)lim->stall_shed_ms);
+            else if (!steer_broken)
+                KH_LOG_WARN("w%d: stalled %llu ms in %s, and so is every other worker: new "
+                            "connections wait",
+                            i, (unsigned long long)st.stalled_ms, stall_what(&st));
+        }
+        if (lim->handler_interrupt_ms && st.slice_ms >= lim->handler_interrupt_ms &&
+            (st.slice_seq != wt->irq_seq || now - wt->irq_at_ms >= lim->handler_interrupt_ms)) {
+            if (st.slice_seq != wt->irq_seq)
+                wt->irq_count = 0;
+            else if (++wt->irq_count == 1)
+                KH_LOG_WARN("w%d: %s still runs %llu ms after it was interrupted: a loop the JIT "
+                            "compiled (not under jit.off) or C code cannot be interrupted, or "
+                            "the handler caught the error (then it is raised until it ends)",
+                            i, stall_what(&st), (unsigned long long)st.slice_ms);
+            wt->irq_seq = st.slice_seq;
+            wt->irq_at_ms = now;
+            kh_worker_interrupt(&workers[i], st.slice_seq, st.slice_ms);
+        }
+        if (lim->stall_exit_ms && st.stalled_ms >= lim->stall_exit_ms) {
+            KH_LOG_ERROR("worker %d stalled %llu ms in %s: over stall_exit_ms=%llu, exiting (exit "
+                         "code %d) so that a process manager restarts khamsin",
+                         i, (unsigned long long)st.stalled_ms, stall_what(&st),
+                         (unsigned long long)lim->stall_exit_ms, KH_EXIT_STALL);
+            _exit(KH_EXIT_STALL);
+        }
+    }
+    if (stopping && now >= stop_deadline_ms)
+        forced_exit("still running after the grace period");
+}
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+    (void)sig;
+    const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
+    if (stopping) {
+        char why[64];
+        snprintf(why, sizeof why, "second stop signal, %s", name);
+        forced_exit(why);
+        return;
+    }
+    stopping = 1;
+    KH_LOG_INFO("%s: stopping (grace %llu ms)", name, (unsigned long long)cfg.grace_ms);
+    /* before the workers close their listeners, which reorders the reuseport groups */
+    if (steering && steer_set(NULL) == 0)
+        steering = 0;
+    for (int i = 0; i < cfg.workers; i++)
+        kh_worker_request_stop(&workers[i]);
+    uint64_t now = now_ms();
+    stop_deadline_ms = now + cfg.grace_ms + STOP_MARGIN_MS;
+    uint64_t named = cfg.limits.stall_report_ms < cfg.limits.stall_shed_ms
+                         ? cfg.limits.stall_report_ms
+                         : cfg.limits.stall_shed_ms;
+    for (int i = 0; i < cfg.workers; i++) {
+        kh_worker_stall st;
+        kh_worker_watch(&workers[i], now, &st);
+        if (!st.done && st.stalled_ms >= named)
+            KH_LOG_WARN("w%d is stalled %llu ms in %s: it stops only once it runs again; a "
+                        "second SIGTERM or SIGINT exits at once (exit code %d)",
+                        i, (unsigned long long)st.stalled_ms, stall_what(&st), KH_EXIT_FORCED);
     }
 }
 
+static void supervisor_quit_cb(uv_async_t *a)
+{
+    uv_stop(a->loop);
+}
+
 /* The supervisor: main's own loop (signals, the watchdog) on a thread of its own, since the
- * main thread runs worker 0. It starts SUPERVISOR_DELAY_MS after worker 0 began to serve, not
- * before: where every thread shares one core, starting a thread (~0.3 ms) would delay the
- * first answers. A SIGTERM that comes earlier waits in libuv's signal pipe until then. */
-#define SUPERVISOR_DELAY_MS 50
+ * main thread runs worker 0. No worker's stall may keep it from starting, so main creates it
+ * before worker 0 loads the app (in parallel with that load where there are cores to spare),
+ * with a small stack; it waits for main's go (supervisor_go: the workers are ready and main's
+ * loop is set up), then installs the SIGTERM/SIGINT handlers and runs. Until then those signals
+ * have their default action (the process ends at once). Earlier versions started it from worker
+ * 0's loop 50 ms after it began to serve, to keep a thread start off the way to the first
+ * answer; but a first request that stalled worker 0 then left the process without a watchdog,
+ * and with SIGTERM and SIGINT ignored. It runs until main has joined every worker's thread
+ * (supervisor_quit), so that a second signal is heard while a stalled worker keeps the stop
+ * from finishing. */
+#define SUPERVISOR_STACK (256 * 1024)
 static uv_thread_t supervisor;
 static int supervisor_started;
+static uv_sem_t supervisor_go;
+static int supervisor_abort; /* set before the go: start-up failed, return at once */
+static uv_signal_t sigterm, sigint;
 
 static void supervisor_main(void *arg)
 {
     (void)arg;
     kh_log_set_thread_name("main");
+    uv_sem_wait(&supervisor_go);
+    if (supervisor_abort)
+        return;
+    uv_signal_start(&sigterm, on_signal, SIGTERM);
+    uv_signal_start(&sigint, on_signal, SIGINT);
     uv_run(uv_default_loop(), UV_RUN_DEFAULT);
 }
 
-/* On worker 0's loop (the main thread). */
-static void start_supervisor_cb(uv_timer_t *t)
+static void start_supervisor(void)
 {
-    uv_close((uv_handle_t *)t, NULL);
-    if (uv_thread_create(&supervisor, supervisor_main, NULL) == 0) {
+    uv_thread_options_t opt = {UV_THREAD_HAS_STACK_SIZE, SUPERVISOR_STACK};
+    if (uv_thread_create_ex(&supervisor, &opt, supervisor_main, NULL) == 0) {
         supervisor_started = 1;
         return;
     }
     KH_LOG_ERROR("cannot start the supervisor thread: SIGTERM and SIGINT end the process at once "
-                 "(no graceful stop), and a stalled worker is not reported");
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
+                 "(no graceful stop), and a stalled worker is not watched");
 }
 
 static void *pool_init(void *ud, int index)
@@ -136,7 +400,11 @@ static void usage(FILE *out)
             "                         number of cores); --pool-queue N jobs queued per thread\n"
             "  --limit NAME=VALUE     set a limit (repeatable); also --NAME-WITH-DASHES VALUE\n"
             "  --print-limits         print every limit with its value and range, then exit\n"
-            "  --version, --help\n");
+            "  --version, --help\n"
+            "\n"
+            "SIGTERM or SIGINT stops gracefully (exit 0); a second one exits at once (exit 3), as\n"
+            "does a worker still stalled after --grace. Exit 4: a worker stalled past\n"
+            "stall_exit_ms. Exit 1: start-up failed; 2: usage.\n");
 }
 
 /* "127.0.0.1:8080", "[::1]:0", ":8080" (all IPv4 addresses), "8080", each optionally after
@@ -242,18 +510,6 @@ static int bind_listen(kh_listen_addr *la, int n)
         return -1;
     }
     return 0;
-}
-
-static void on_signal(uv_signal_t *sig, int signum)
-{
-    stop_signals++;
-    if (stop_signals == 1) {
-        KH_LOG_INFO("%s: stopping (grace %llu ms)", signum == SIGINT ? "SIGINT" : "SIGTERM",
-                    (unsigned long long)cfg.grace_ms);
-        for (int i = 0; i < cfg.workers; i++)
-            kh_worker_request_stop(&workers[i]);
-        uv_stop(sig->loop);
-    }
 }
 
 int main(int argc, char **argv)
@@ -477,6 +733,8 @@ int main(int argc, char **argv)
             break;
         }
     }
+    uv_sem_init(&supervisor_go, 0);
+    start_supervisor();
     if (!failed && kh_worker_load_here(&workers[0], 0, &cfg) != 0) {
         fprintf(stderr, "khamsin: %s\n", workers[0].load_err);
         failed = 1;
@@ -497,6 +755,12 @@ int main(int argc, char **argv)
             kh_worker_run_here(&workers[0]); /* until it has closed what it opened */
         for (int i = 0; i < cfg.workers; i++)
             kh_worker_join(&workers[i]);
+        if (supervisor_started) { /* it only waits for the go */
+            supervisor_abort = 1;
+            uv_sem_post(&supervisor_go);
+            uv_thread_join(&supervisor);
+        }
+        uv_sem_destroy(&supervisor_go);
         kh_threadpool_free(cfg.pool);
         for (int i = 0; i < cfg.workers; i++)
             if (workers[i].started)
@@ -524,32 +788,35 @@ int main(int argc, char **argv)
                 cfg.workers == 1 ? "" : "s", cfg.script, cfg.dev ? " (dev)" : "");
 
     uv_loop_t *loop = uv_default_loop();
-    uv_signal_t sigterm, sigint;
-    uv_signal_init(loop, &sigterm);
+    uv_signal_init(loop, &sigterm); /* started by the supervisor thread */
     uv_signal_init(loop, &sigint);
-    uv_signal_start(&sigterm, on_signal, SIGTERM);
-    uv_signal_start(&sigint, on_signal, SIGINT);
+    uv_async_init(loop, &supervisor_quit, supervisor_quit_cb);
     uv_timer_t watchdog;
     uv_timer_init(loop, &watchdog);
-    for (int i = 0; i < cfg.workers; i++)
-        watches[i].changed_ms = uv_now(loop);
-    uint64_t every = cfg.limits.stall_report_ms / 4;
+    const kh_limits *lim = &cfg.limits;
+    uint64_t every = lim->stall_report_ms < lim->stall_shed_ms ? lim->stall_report_ms
+                                                               : lim->stall_shed_ms;
+    if (lim->stall_exit_ms && lim->stall_exit_ms < every)
+        every = lim->stall_exit_ms;
+    if (lim->handler_interrupt_ms && lim->handler_interrupt_ms < every)
+        every = lim->handler_interrupt_ms;
+    every /= 4;
+    every = every < 10 ? 10 : every > 250 ? 250 : every;
     uv_timer_start(&watchdog, watchdog_cb, every, every);
     uv_unref((uv_handle_t *)&watchdog);
-    /* main's loop above (signals, watchdog) is run by the supervisor thread, which worker 0's
-     * loop starts a moment after it begins to serve */
-    uv_timer_t later;
-    uv_timer_init(&workers[0].loop, &later);
-    uv_timer_start(&later, start_supervisor_cb, SUPERVISOR_DELAY_MS, 0);
-    uv_unref((uv_handle_t *)&later);
+    /* main's loop above (signals, watchdog) is run by the supervisor thread from now on */
+    uv_sem_post(&supervisor_go);
     kh_worker_run_here(&workers[0]); /* until a stop signal has stopped every worker */
     kh_log_set_thread_name("main");
-    if (!uv_is_closing((uv_handle_t *)&later)) { /* stopped before it fired: cannot happen today */
-        uv_close((uv_handle_t *)&later, NULL);
-        uv_run(&workers[0].loop, UV_RUN_DEFAULT);
-    }
-    if (supervisor_started)
+    /* the supervisor watches (and hears signals) until every worker's thread has ended; their
+     * memory stays until it has gone too */
+    for (int i = 0; i < cfg.workers; i++)
+        kh_worker_join_thread(&workers[i]);
+    if (supervisor_started) {
+        uv_async_send(&supervisor_quit);
         uv_thread_join(&supervisor);
+    }
+    uv_sem_destroy(&supervisor_go);
 
     for (int i = 0; i < cfg.workers; i++)
         kh_worker_join(&workers[i]);
@@ -560,6 +827,7 @@ int main(int argc, char **argv)
     kh_shdict_reg_free(cfg.shdicts);
     free(watches);
     uv_close((uv_handle_t *)&watchdog, NULL);
+    uv_close((uv_handle_t *)&supervisor_quit, NULL);
     uv_close((uv_handle_t *)&sigterm, NULL);
     uv_close((uv_handle_t *)&sigint, NULL);
     uv_run(loop, UV_RUN_DEFAULT);

@@ -4,6 +4,9 @@
 #ifndef KH_LUA_INTERNAL_H
 #define KH_LUA_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -64,6 +67,15 @@ typedef struct kh_lua {
     char *sh_buf;         /* k.shared get: a value is copied here, then pushed */
     size_t sh_cap;
     int dev;
+    /* kh_lua_sched.c: slice names for the watchdog, the handler_interrupt_ms hook */
+    const char **route_names; /* route ref -> "GET /users/:id" (Lua strings of the routes table) */
+    size_t route_names_len;
+    pthread_t tid;            /* the worker's thread, where the interrupt signal goes */
+    _Atomic int tid_set;
+    _Atomic int irq_want;     /* an interrupt was asked (the supervisor sets, the worker clears) */
+    _Atomic uint64_t irq_seq; /* for that slice (kh_worker_slice_seq) */
+    _Atomic uint64_t irq_ms;  /* which had run that long */
+    _Atomic int irq_persist;  /* the second interrupt of one slice: raise until it ends */
 } kh_lua;
 
 /* The sentinel every engine wait yields, so a user coroutine wrapper can pass it upward. */
@@ -103,6 +115,8 @@ void kh__lua_dispatch(void *app, kh_stream *s);
 void kh__lua_on_body(void *app, kh_stream *s);
 void kh__lua_on_abort(void *app, kh_stream *s);
 void kh__lua_on_message(void *app, kh_chan_msg *m);
+/* Any thread (the supervisor): kh_app_vt.interrupt. */
+void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms);
 void kh__lua_close_cos(kh_lua *K);
 /* package.path for a state: the app's directory, then khamsin's modules. */
 void kh__lua_set_path(lua_State *L, const char *script);

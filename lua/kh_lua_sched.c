@@ -5,9 +5,66 @@
  * Out:   lua_resume (only kh__lua_resume calls it); stream refs released when a coroutine ends;
  *        500 replies for errors that escape the Lua runner.
  * Never: nests lua_resume calls: a wake that happens inside a slice (a request that answers or
- *        aborts another one) goes on the ready list, drained once the slice is over. */
+ *        aborts another one) goes on the ready list, drained once the slice is over.
+ *
+ * Watchdog and interrupt (handler_interrupt_ms). Each slice is bracketed with
+ * kh_worker_slice_begin/end, named by its route ("GET /spin", a Lua string of the routes table,
+ * alive until lua_close) or its kind ("timer callback"), so that the supervisor thread can say
+ * what a stalled worker runs. When a slice has run handler_interrupt_ms without yielding, the
+ * supervisor calls kh__lua_interrupt, which records the request (slice number, irq_want) and
+ * sends KH_IRQ_SIGNAL to the worker's thread; the handler, on that thread, sets a count hook
+ * with lua_sethook, which LuaJIT allows from a signal handler ("can be called asynchronously
+ * (e.g. during a signal)", lj_dispatch.c; its own lua.c does it on SIGINT): it only stores the
+ * hook fields and switches the interpreter's dispatch table to the hook-checking one. Setting
+ * it from the supervisor's thread directly would race with the worker's own read-modify-writes
+ * of the same global_State fields (entering a hook or a __gc finalizer); on the worker's own
+ * thread a handler runs between two of its instructions (at worst it lands inside such a
+ * read-modify-write, whose store then undoes the hook: no interrupt this time, the next comes
+ * one period later), and the worker blocks the signal around its own lua_sethook calls
+ * (irq_clear). The hook runs at the
+ * next bytecode the interpreter executes, on the worker's thread, in whichever coroutine runs;
+ * it clears itself and raises "handler interrupted after N ms (handler_interrupt_ms=M)" if that
+ * slice is still the one it was set for (else it only clears itself). The runner's xpcall turns
+ * the error into a 500 with the traceback in the log, as for any handler error. A slice that
+ * catches it (pcall) and runs on is interrupted a second time another handler_interrupt_ms
+ * later, and then the hook stays until the slice has ended: it raises at every bytecode, so
+ * that no pcall can hold it; the error then leaves the runner itself and the 500 is answered
+ * from C (kh__lua_resume's error path).
+ * What can be interrupted is only what the interpreter runs: LuaJIT runs no hook inside a
+ * compiled trace, and a trace that loops never leaves it. Measured with luajit2 2.1-20230119
+ * (a thread sets the hook 200 ms into the loop; "no" = still running 1.5 s later):
+ *   not interrupted: `while true do end`; `while true do x = x + 1 end`; a loop calling a C
+ *     function (os.time, os.clock, io.write, string.len, ("x"):rep): trace stitching compiles
+ *     around the call, which no longer goes through the interpreter's dispatch; a loop that
+ *     only allocates (`local _ = {}`);
+ *   interrupted: any loop in a function under jit.off(fn) (jit.off(fn, true) for the
+ *     functions defined inside it too) or after jit.off(); loops whose trace aborts and runs
+ *     in the interpreter (in this LuaJIT: pairs(), tostring of a number, a table that is
+ *     regrown and replaced in the loop). Which loops the JIT compiles changes with the LuaJIT
+ *     version: only jit.off is a promise.
+ * C code (a blocking C or FFI call, os.execute) is never interrupted. luaJIT_setmode (flushing
+ * traces, turning the JIT off) is not safe from another thread, and the hook itself never runs
+ * inside the trace, so nothing more is tried for the compiled case: stall_shed_ms and
+ * stall_exit_ms (main.c) are the answer there. The signal is sent only to a worker in a slice
+ * past the limit; SA_RESTART restarts most system calls it interrupts, but a Lua handler
+ * blocked in one that never restarts (nanosleep, epoll_wait) returns early with EINTR. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KH_ASAN 1
+#endif
+#endif
+#ifdef KH_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 #include "kh_err.h"
 #include "kh_log.h"
@@ -81,6 +138,9 @@ static void put_co(kh_lua *K, kh_lua_co *c, int clean)
 
 void kh__lua_close_cos(kh_lua *K)
 {
+    free(K->route_names);
+    K->route_names = NULL;
+    K->route_names_len = 0;
     while (K->free_cos) {
         kh_lua_co *c = K->free_cos;
         K->free_cos = c->next_free;
@@ -149,15 +209,158 @@ static void slice_warn(kh_lua *K, kh_lua_co *c, uint64_t ns)
                     (unsigned long long)lim);
 }
 
+/* The route's name ("GET /users/:id") for the watchdog: the string of the routes table, cached
+ * by ref. The pointer stays valid until lua_close (the table is never emptied). */
+static const char *route_name(kh_lua *K, intptr_t ref)
+{
+    if (ref >= 0 && (size_t)ref < K->route_names_len && K->route_names[ref])
+        return K->route_names[ref];
+    lua_State *L = K->L;
+    int base = lua_gettop(L);
+    const char *name = NULL;
+    lua_pushlightuserdata(L, &kh__lua_routes_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    if (lua_istable(L, -1)) {
+        lua_rawgeti(L, -1, (int)ref);
+        if (lua_type(L, -1) == LUA_TSTRING)
+            name = lua_tostring(L, -1);
+    }
+    lua_settop(L, base);
+    if (name && ref >= 0 && ref < 65536) {
+        if ((size_t)ref >= K->route_names_len) {
+            size_t n = (size_t)ref + 16;
+            const char **a = realloc(K->route_names, n * sizeof *a);
+            if (a == NULL)
+                return name;
+            memset(a + K->route_names_len, 0, (n - K->route_names_len) * sizeof *a);
+            K->route_names = a;
+            K->route_names_len = n;
+        }
+        K->route_names[ref] = name;
+    }
+    return name ? name : "a request";
+}
+
+static const char *slice_name(kh_lua *K, kh_lua_co *c)
+{
+    if (c->s)
+        return route_name(K, c->s->route_value);
+    static const struct {
+        const char *what, *name;
+    } kinds[] = {{"timer", "timer callback"},
+                 {"publish", "subscriber callback"},
+                 {"resolve", "k.resolve callback"},
+                 {"abort", "on_abort callback"}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (c->what && strcmp(c->what, kinds[i].what) == 0)
+            return kinds[i].name;
+    return "a Lua callback";
+}
+
+/* The worker's own kh_lua, for the hook and the signal handler (on the worker's thread). */
+static _Thread_local kh_lua *hook_K;
+
+/* The signal that carries an interrupt to the worker's thread: ignored by default, so one that
+ * comes before the handler is installed does nothing (Go's runtime preempts with it too). */
+#define KH_IRQ_SIGNAL SIGURG
+
+/* On the worker's thread, in a signal handler: the one place the hook is set. LuaJIT's
+ * lua_sethook "can be called asynchronously (e.g. during a signal)": it stores the hook fields
+ * and switches the dispatch table, allocates nothing and takes no lock. */
+static void interrupt_hook(lua_State *L, lua_Debug *ar);
+static void irq_handler(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    kh_lua *K = hook_K;
+    if (K && atomic_load_explicit(&K->irq_want, memory_order_acquire))
+        lua_sethook(K->L, interrupt_hook, LUA_MASKCOUNT, 1);
+    errno = saved;
+}
+
+/* On the worker's thread: clears the hook, with the signal blocked so that its handler cannot
+ * run in the middle of this lua_sethook (a pending one runs after, and finds irq_want 0). */
+static void irq_clear(kh_lua *K, lua_State *L)
+{
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, KH_IRQ_SIGNAL);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    if (K)
+        atomic_store_explicit(&K->irq_want, 0, memory_order_relaxed);
+    lua_sethook(L, NULL, 0, 0);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* On the worker's thread, at a bytecode of whatever Lua code runs (see the header). */
+static void interrupt_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    kh_lua *K = hook_K;
+    int fire = K && K->current && atomic_load_explicit(&K->irq_want, memory_order_acquire) &&
+               atomic_load_explicit(&K->irq_seq, memory_order_relaxed) ==
+                   kh_worker_slice_seq(K->w);
+    if (!fire || !atomic_load_explicit(&K->irq_persist, memory_order_relaxed))
+        irq_clear(K, L);
+    if (!fire)
+        return;
+    const char *who = K->current->s ? "handler" : slice_name(K, K->current);
+#ifdef KH_ASAN
+    /* LuaJIT unwinds this frame with _Unwind_RaiseException, which ASan does not see: the
+     * redzones of the unwound frames would stay poisoned, and a later frame there (a signal
+     * handler's) would be reported. What a noreturn call does, done by hand. */
+    __asan_handle_no_return();
+#endif
+    luaL_error(L, "%s interrupted after %d ms (handler_interrupt_ms=%d)", who,
+               (int)atomic_load_explicit(&K->irq_ms, memory_order_relaxed),
+               (int)K->w->limits->handler_interrupt_ms);
+}
+
+/* The supervisor thread, under the worker's mutex (the app is open). */
+void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms)
+{
+    static int installed; /* only the supervisor thread gets here */
+    kh_lua *K = app;
+    if (!atomic_load_explicit(&K->tid_set, memory_order_acquire) ||
+        kh_worker_slice_seq(K->w) != seq)
+        return;
+    if (!installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = irq_handler;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(KH_IRQ_SIGNAL, &sa, NULL) != 0)
+            return;
+        installed = 1;
+    }
+    /* the second time for one slice: it caught the first error and ran on */
+    int persist = atomic_load_explicit(&K->irq_seq, memory_order_relaxed) == seq;
+    atomic_store_explicit(&K->irq_persist, persist, memory_order_relaxed);
+    atomic_store_explicit(&K->irq_ms, ms, memory_order_relaxed);
+    atomic_store_explicit(&K->irq_seq, seq, memory_order_relaxed);
+    atomic_store_explicit(&K->irq_want, 1, memory_order_release);
+    pthread_kill(K->tid, KH_IRQ_SIGNAL);
+}
+
 /* One slice: resumes c with nargs values on its stack. The only caller of lua_resume; only
  * kh__lua_wake calls it, never from inside another slice. */
 void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs)
 {
     lua_State *co = c->co;
     K->current = c;
+    if (!hook_K) { /* the first slice: the interrupt's signal comes to this thread */
+        hook_K = K;
+        K->tid = pthread_self();
+        atomic_store_explicit(&K->tid_set, 1, memory_order_release);
+    }
     uint64_t t0 = uv_hrtime();
+    kh_worker_slice_begin(K->w, slice_name(K, c), t0);
     int st = lua_resume(co, nargs);
+    kh_worker_slice_end(K->w);
     K->current = NULL;
+    if (atomic_load_explicit(&K->irq_want, memory_order_relaxed))
+        irq_clear(K, K->L);
     slice_warn(K, c, uv_hrtime() - t0);
     if (st == LUA_YIELD) {
         if (lua_gettop(co) >= 1 && lua_touserdata(co, -1) == KH_YIELD &&

@@ -154,4 +154,5 @@ const kh_app_vt kh_lua_app = {
     .on_message = kh__lua_on_message,
     .pool_thread_init = kh__lua_pool_init,
     .pool_thread_close = kh__lua_pool_close,
+    .interrupt = kh__lua_interrupt,
 };

@@ -911,6 +911,42 @@ def _(c):
     get(c, 3, extra=[("x-reused", "v" * 50)])   # now an indexed field
 
 
+# ---- the peer's FIN (RFC 9113 §5.4: nothing more can arrive, no WINDOW_UPDATE either) ----
+
+def _closed_soon(c):
+    t0 = time.time()
+    c.sock.shutdown(1)  # SHUT_WR: our FIN
+    closed = c.wait_closed(5)
+    secs = round(time.time() - t0, 2)
+    return closed and secs < 3, {"closed": closed, "secs": secs, "status": c.status(1),
+                                  "data": len(c.data.get(1, b""))}
+
+
+@case("EOF/a finished response held by a zero window: closed at the peer's FIN", _closed_soon)
+def _(c):
+    c.send(settings([(4, 0)]))
+    c.wait(lambda: c.settings_acks >= 2)
+    get(c, 1, "/big")
+    assert c.wait(lambda: c.status(1) == 200), "no response head"
+
+
+@case("EOF/a response sent while the request body still comes: closed at the peer's FIN",
+      _closed_soon)
+def _(c):
+    post(c, 1, 90000, "/")
+    assert c.wait(lambda: 1 in c.ended), "no complete response"
+    assert 1 not in c.resets, "reset: %r" % c.resets
+
+
+@case("EOF/a response blocked on the connection window: closed at the peer's FIN", _closed_soon)
+def _(c):
+    # the connection window (65535) is spent by /big on stream 1, never reopened
+    c.send(settings([(4, 1 << 20)]))
+    c.wait(lambda: c.settings_acks >= 2)
+    get(c, 1, "/big")
+    assert c.wait(lambda: sum(c.data_sizes.get(1, [])) >= 65535), "window not spent"
+
+
 # ---- the runner ----
 
 def observe(c, want):

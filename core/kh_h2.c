@@ -1014,10 +1014,10 @@ static void h2_on_timeout(kh_conn *c, int kind)
         kh_stream *next;
         for (kh_stream *s = h->streams; s; s = next) {
             next = HS(s)->next;
-            if ((HS(s)->flags & HS_HEAD_DONE) && s->body_state == KH_BODY_READING)
-                kh_stream_on_body_error(s, 408, "Request Timeout");
-            else if (draining(h, s)) /* answered; the rest of its body stopped coming */
+            if (draining(h, s)) /* answered; the rest of its body stopped coming */
                 nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_NO_ERROR);
+            else if ((HS(s)->flags & HS_HEAD_DONE) && s->body_state == KH_BODY_READING)
+                kh_stream_on_body_error(s, 408, "Request Timeout");
         }
         kh_conn_set_timeout(c, KH_TO_NONE);
         kh_worker_schedule_flush(c->w, c);

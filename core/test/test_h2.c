@@ -104,7 +104,7 @@ static void noop_timer(kh_timer *t)
 
 static void setup(void)
 {
-    kh_log_level = KH_LOG_ERROR;
+    kh_log_level = getenv("KH_DEBUG") ? KH_LOG_DEBUG : KH_LOG_ERROR;
     kh_limits_init(&cfg.limits);
     cfg.access_log_fd = -1;
     cfg.app = &test_app;
@@ -578,6 +578,33 @@ int main(void)
     kh_ok(R[z].reset && R[z].reset_code == NGHTTP2_CANCEL, "at FIN: RST_STREAM(CANCEL)");
     kh_ok(C->flags & (KH_CONN_F_CLOSE_AFTER_WRITE | KH_CONN_F_CLOSING), "and the connection closes");
     finish();
+
+    kh_subtest("answered while the upload still comes: reset after a body gap, or at FIN");
+    for (int at_fin = 0; at_fin < 2; at_fin++) {
+        start(NULL);
+        nghttp2_nv up_nv[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":path", "/"),
+                              NV(":authority", "t"), NV("content-length", "90000")};
+        int32_t up = nghttp2_submit_headers(client, NGHTTP2_FLAG_NONE, -1, NULL, up_nv, 5, NULL);
+        pump();
+        kh_ok(R[up].status >= 400 && R[up].ended && !R[up].reset,
+              "answered at once (%d), no reset: the rest of the upload fits the window",
+              R[up].status);
+        if (at_fin) {
+            C->proto->on_eof(C);
+            pump();
+            kh_ok(C->flags & (KH_CONN_F_CLOSE_AFTER_WRITE | KH_CONN_F_CLOSING),
+                  "at FIN: the connection closes");
+        } else {
+            C->proto->on_timeout(C, KH_TO_BODY);
+            pump();
+            kh_ok(R[up].reset && R[up].reset_code == NGHTTP2_NO_ERROR,
+                  "after body_timeout: RST_STREAM(NO_ERROR)");
+            int32_t next = get("GET", "/");
+            pump();
+            kh_is_int(R[next].status, 200, "and the connection goes on");
+        }
+        finish();
+    }
 
     kh_router_free(W.router);
     kh_bufcache_destroy(&W.bufs);

@@ -218,8 +218,9 @@ static int check_frame(h2_conn *h, uint8_t type, int32_t id, uint32_t len)
     if (id > h->max_id) {
         if (type == NGHTTP2_HEADERS) {
             /* RFC 9113 §5.1.1: opening id closes every idle lower id; remember a jump */
-            if (id > h->max_id + 2) {
-                h->gap_lo[h->gap_next] = h->max_id + 2;
+            int32_t next = h->max_id ? h->max_id + 2 : 1;
+            if (id > next) {
+                h->gap_lo[h->gap_next] = next;
                 h->gap_hi[h->gap_next] = id - 2;
                 h->gap_next = (uint8_t)((h->gap_next + 1) % H2_GAP_RING);
             }

@@ -353,6 +353,13 @@ def _(c):
            frame(HEADERS, END_STREAM | END_HEADERS, 3, req(c)))
 
 
+@case("5.1.1/first stream 3, then stream 1: PROTOCOL_ERROR", ("goaway", "PROTOCOL_ERROR"))
+def _(c):
+    get(c, 3)
+    assert wait_end(c, 3) and c.status(3) == 200, "stream 3 not answered"
+    get(c, 1)
+
+
 @case("5.1.1/DATA on a skipped (never opened) stream id: PROTOCOL_ERROR",
       ("goaway", "PROTOCOL_ERROR"))
 def _(c):

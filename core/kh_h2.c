@@ -953,8 +953,10 @@ again:
         memcpy(o, data, (size_t)n);
         c->out.len += (size_t)n;
     }
-    if (!more && (h->flags & H2_PEER_EOF) && !(h->flags & H2_DEAD) && reset_stuck_after_eof(h))
-        goto again;
+    if (!more && (h->flags & H2_PEER_EOF) && !(h->flags & H2_DEAD) && reset_stuck_after_eof(h)) {
+        more = 1;
+        goto again; /* send the resets (each stream is reset once: HS_RST_SENT) */
+    }
     h->depth--;
     if (h->flags & H2_DEAD) {
         h2_free(h);

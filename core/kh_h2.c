@@ -15,8 +15,9 @@
  *
  * Stream-state checks nghttp2 does not make in our configuration (SETTINGS_NO_RFC7540_PRIORITIES
  * and no closed-stream objects) are ours, made by a frame scanner in front of mem_recv: the
- * scanner finds each frame header in the input and hands nghttp2 the bytes up to it, so the check
- * sees the state every earlier frame left (RFC 9113 §5.1, §5.1.1, §5.3.1, §6.3):
+ * scanner finds each frame header in the input and, before one whose check depends on stream
+ * state (DATA or HEADERS on an id already used, PRIORITY), hands nghttp2 the bytes up to it, so
+ * the check sees the state every earlier frame left (RFC 9113 §5.1, §5.1.1, §5.3.1, §6.3):
  *  - DATA or HEADERS on a stream that ended normally (END_STREAM both ways): GOAWAY STREAM_CLOSED;
  *    on one the peer reset: RST_STREAM(STREAM_CLOSED); on an id skipped when a higher one was
  *    opened (never opened, so never to be): GOAWAY PROTOCOL_ERROR. These come from a small ring
@@ -250,8 +251,9 @@ static int check_frame(h2_conn *h, uint8_t type, int32_t id, uint32_t len)
     }
 }
 
-/* Feeds n bytes to nghttp2, stopping at each frame header for check_frame. Returns 0 or the
- * first error of mem_recv; stops early (0) when the connection is failing or gone. */
+/* Feeds n bytes to nghttp2, cut before a frame header whose check needs nghttp2 to have seen the
+ * frames before it (check_frame). Returns 0 or the first error of mem_recv; stops early (0)
+ * when the connection is failing or gone. */
 static ssize_t scan_recv(h2_conn *h, const uint8_t *p, size_t n)
 {
     size_t at = 0, fed = 0;
@@ -288,7 +290,17 @@ static ssize_t scan_recv(h2_conn *h, const uint8_t *p, size_t n)
             h->sc_hd[h->sc_nhd++] = p[at];
             if (h->sc_nhd == 9) {
                 h->sc_nhd = 0;
-                if (fed < at) {
+                const uint8_t *hd = h->sc_hd;
+                uint32_t len = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
+                int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
+                                        (uint32_t)hd[7] << 8 | hd[8]) &
+                                       0x7fffffffu);
+                /* nghttp2 must have seen every earlier frame when the verdict depends on its
+                 * stream state or may end the connection; a HEADERS opening a new stream (the
+                 * common case) needs no cut */
+                int cut = hd[3] == NGHTTP2_PRIORITY ||
+                          ((hd[3] == NGHTTP2_DATA || hd[3] == NGHTTP2_HEADERS) && id <= h->max_id);
+                if (cut && fed < at) {
                     r = nghttp2_session_mem_recv(h->ng, p + fed, at - fed);
                     fed = at;
                     if (r < 0)
@@ -296,11 +308,6 @@ static ssize_t scan_recv(h2_conn *h, const uint8_t *p, size_t n)
                     if (h->flags & (H2_FAILED | H2_DEAD))
                         return 0;
                 }
-                const uint8_t *hd = h->sc_hd;
-                uint32_t len = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
-                int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
-                                        (uint32_t)hd[7] << 8 | hd[8]) &
-                                       0x7fffffffu);
                 h->sc_left = len;
                 h->sc_pri_id = 0;
                 if (check_frame(h, hd[3], id, len))

@@ -1,6 +1,7 @@
 /* kh_h2.c: HTTP/2 protocol module (RFC 9113) on a kh_conn, over nghttp2's server session.
  * Owns:  the per-connection h2 state (malloc'd, its pointer in c->proto_inline): the nghttp2
- *        session, the list of open streams, the dispatch queue, flood counters; per stream (in
+ *        session, the list of open streams, the dispatch queue, flood counters, the input
+ *        scanner and its rings of closed and skipped stream ids; per stream (in
  *        the stream's proto_area) the header fields while they arrive, then the response bytes
  *        nghttp2 has not taken yet.
  * In:    plaintext from kh_conn (on_read -> nghttp2_session_mem_recv); the flush pass (on_flush ->

@@ -415,6 +415,28 @@ def _(c):
     get(c, 7)
 
 
+@case("5.3/browser-style priorities (HEADERS with exclusive dependencies): all answered",
+      ("status", 5, 200))
+def _(c):
+    # Chromium: each request depends exclusively on the previous one, weight 256
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS | PRIO, 1, prio(0, 255, True) + req(c)) +
+           frame(HEADERS, END_STREAM | END_HEADERS | PRIO, 3, prio(1, 255, True) + req(c)) +
+           frame(HEADERS, END_STREAM | END_HEADERS | PRIO, 5, prio(3, 255, True) + req(c)))
+    assert wait_end(c, 1) and wait_end(c, 3), "streams 1 and 3 not answered"
+    assert c.status(1) == 200 and c.status(3) == 200, "statuses %r %r" % (c.status(1), c.status(3))
+
+
+@case("5.3/anchor PRIORITY frames on idle streams, then requests above them: all answered",
+      ("status", 15, 200))
+def _(c):
+    # Firefox (before 2022): PRIORITY on idle 3..11 as group anchors, requests from 13 on
+    c.send(b"".join(frame(PRIORITY, 0, sid, prio(0 if sid < 7 else 3, 200)) for sid in (3, 5, 7, 9, 11)))
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS | PRIO, 13, prio(3, 21) + req(c)))
+    assert wait_end(c, 13) and c.status(13) == 200, "stream 13 not answered"
+    c.send(frame(PRIORITY, 0, 13, prio(5, 41)))   # reprioritized while closed: ignored
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS | PRIO, 15, prio(9, 21) + req(c)))
+
+
 # ---- §5.4 error handling, §5.5 extensions ----
 
 @case("5.4.1/invalid PING: GOAWAY then the connection closes", ("goaway", "FRAME_SIZE_ERROR"))

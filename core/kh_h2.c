@@ -1,6 +1,7 @@
 /* kh_h2.c: HTTP/2 protocol module (RFC 9113) on a kh_conn, over nghttp2's server session.
  * Owns:  the per-connection h2 state (malloc'd, its pointer in c->proto_inline): the nghttp2
- *        session, the list of open streams, the dispatch queue, flood counters; per stream (in
+ *        session, the list of open streams, the dispatch queue, flood counters, the input
+ *        scanner and its rings of closed and skipped stream ids; per stream (in
  *        the stream's proto_area) the header fields while they arrive, then the response bytes
  *        nghttp2 has not taken yet.
  * In:    plaintext from kh_conn (on_read -> nghttp2_session_mem_recv); the flush pass (on_flush ->
@@ -11,7 +12,21 @@
  * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
  * queued and dispatched after mem_recv returns, so the DATA frames that came in the same read
  * are already buffered (most handlers find their body complete) and a HEADERS + RST_STREAM pair
- * in one read (rapid reset) never reaches the app. */
+ * in one read (rapid reset) never reaches the app.
+ *
+ * Stream-state checks nghttp2 does not make in our configuration (SETTINGS_NO_RFC7540_PRIORITIES
+ * and no closed-stream objects) are ours, made by a frame scanner in front of mem_recv: the
+ * scanner finds each frame header in the input and, before one whose check depends on stream
+ * state (DATA or HEADERS on an id already used, PRIORITY), hands nghttp2 the bytes up to it, so
+ * the check sees the state every earlier frame left (RFC 9113 §5.1, §5.1.1, §5.3.1, §6.3):
+ *  - DATA or HEADERS on a stream that ended normally (END_STREAM both ways): GOAWAY STREAM_CLOSED;
+ *    on one the peer reset: RST_STREAM(STREAM_CLOSED); on an id skipped when a higher one was
+ *    opened (never opened, so never to be): GOAWAY PROTOCOL_ERROR. These come from a small ring
+ *    of recently closed ids and a ring of skipped ranges. Any other id at or below the highest
+ *    opened one that is not open is one we reset, or one that left the ring: its frames are
+ *    ignored, as §5.4.2 asks for the peer's frames in flight after our RST_STREAM.
+ *  - PRIORITY (dropped unread by nghttp2 once the setting is out): stream 0 or a dependency on
+ *    itself is a PROTOCOL_ERROR, and every PRIORITY frame counts toward h2_flood_frames. */
 #include "kh_h2.h"
 
 #include <nghttp2/nghttp2.h>
@@ -27,6 +42,13 @@ enum {
     H2_IN_PAUSED = 1u << 3, /* we paused input because the out queue is above the high-water mark */
     H2_CLOSING = 1u << 4,   /* close_after_write was asked */
     H2_PROGRESS = 1u << 5,  /* DATA moved since the timer was last set */
+    H2_PEER_EOF = 1u << 6,  /* the peer sent FIN: no WINDOW_UPDATE can come any more */
+};
+
+enum {
+    H2_CLOSED_RING = 32, /* recently closed streams remembered (checks of frames on closed ids) */
+    H2_GAP_RING = 4,     /* ranges of ids skipped when a higher id was opened */
+    H2_CLOSED_PEER_RESET = 1u << 31, /* ring entry flag: the peer reset it (else: ended) */
 };
 
 typedef struct h2_conn {
@@ -41,6 +63,18 @@ typedef struct h2_conn {
     uint32_t fail_code;      /* GOAWAY code chosen by a callback */
     uint64_t win_start;      /* start of the current one-second flood window (loop ms) */
     uint32_t nflood, nreset; /* frames counted in that window */
+    int32_t max_id;          /* highest stream id the peer opened with HEADERS */
+    uint32_t closed[H2_CLOSED_RING]; /* ids that ended or the peer reset (| H2_CLOSED_PEER_RESET) */
+    int32_t gap_lo[H2_GAP_RING], gap_hi[H2_GAP_RING]; /* skipped odd ids, never to be opened */
+    uint8_t closed_next, gap_next;
+    /* the input scanner (see the file comment): where the next frame header starts */
+    uint8_t sc_nhd;    /* bytes of the current frame header seen */
+    uint8_t sc_npri;   /* bytes of a PRIORITY payload's dependency seen */
+    uint8_t sc_hd[9];  /* the frame header being read */
+    uint8_t sc_pri[4]; /* the dependency of the PRIORITY frame being read */
+    int32_t sc_pri_id; /* its stream, or 0 when the frame's payload is not to be looked at */
+    uint32_t sc_skip;  /* bytes of the client preface still to pass (nghttp2 checks them) */
+    uint32_t sc_left;  /* payload bytes of the current frame still to pass */
 } h2_conn;
 
 enum {
@@ -52,6 +86,8 @@ enum {
     HS_NO_DATA = 1u << 5,   /* the response has no content (HEAD, 204, 304, length 0) */
     HS_DEFERRED = 1u << 6,  /* the data provider said DEFERRED: resume on the next bytes */
     HS_FIN = 1u << 7,       /* the response body is complete in buf */
+    HS_RST_SENT = 1u << 8,  /* we sent RST_STREAM: the peer's frames in flight are ignored */
+    HS_RST_RECV = 1u << 9,  /* the peer sent RST_STREAM */
 };
 
 typedef struct h2_stream {
@@ -135,6 +171,156 @@ static int count_frame(h2_conn *h, int reset)
                         reset ? "RST_STREAM" : "control frame");
         fail(h, NGHTTP2_ENHANCE_YOUR_CALM, reset ? "reset flood" : "control frame flood");
         return 1;
+    }
+    return 0;
+}
+
+/* ---- closed and skipped stream ids ---- */
+
+/* Remembers a stream that closed without our RST_STREAM (frames the peer sends on it later are
+ * errors). The ring keeps the last H2_CLOSED_RING; an id that leaves it is treated as unknown,
+ * whose frames are ignored: never a false error. */
+static void remember_closed(h2_conn *h, int32_t id, int peer_reset)
+{
+    h->closed[h->closed_next] = (uint32_t)id | (peer_reset ? H2_CLOSED_PEER_RESET : 0);
+    h->closed_next = (uint8_t)((h->closed_next + 1) % H2_CLOSED_RING);
+}
+
+enum { CLOSED_UNKNOWN, CLOSED_ENDED, CLOSED_PEER_RESET, CLOSED_NEVER_OPENED };
+
+static int closed_kind(const h2_conn *h, int32_t id)
+{
+    for (int i = 0; i < H2_CLOSED_RING; i++)
+        if ((h->closed[i] & ~H2_CLOSED_PEER_RESET) == (uint32_t)id)
+            return (h->closed[i] & H2_CLOSED_PEER_RESET) ? CLOSED_PEER_RESET : CLOSED_ENDED;
+    for (int i = 0; i < H2_GAP_RING; i++)
+        if (h->gap_lo[i] && id >= h->gap_lo[i] && id <= h->gap_hi[i])
+            return CLOSED_NEVER_OPENED;
+    return CLOSED_UNKNOWN;
+}
+
+/* A complete frame header from the scanner, judged with nghttp2's state after every frame before
+ * it (the header's last byte is not fed yet). Returns nonzero when the connection is failing. */
+static int check_frame(h2_conn *h, uint8_t type, int32_t id, uint32_t len)
+{
+    if (type == NGHTTP2_PRIORITY) {
+        /* nghttp2 drops PRIORITY unread (SETTINGS_NO_RFC7540_PRIORITIES): judge and count it */
+        if (count_frame(h, 0))
+            return 1;
+        if (len == 5 && id == 0) {
+            fail(h, NGHTTP2_PROTOCOL_ERROR, "PRIORITY on stream 0");
+            return 1;
+        }
+        h->sc_pri_id = len == 5 ? id : 0; /* a length other than 5: nghttp2's FRAME_SIZE_ERROR */
+        h->sc_npri = 0;
+        return 0;
+    }
+    if ((type != NGHTTP2_DATA && type != NGHTTP2_HEADERS) || id == 0 || !(id & 1))
+        return 0; /* stream 0 and even ids: nghttp2's PROTOCOL_ERROR */
+    if (id > h->max_id) {
+        if (type == NGHTTP2_HEADERS) {
+            /* RFC 9113 §5.1.1: opening id closes every idle lower id; remember a jump */
+            int32_t next = h->max_id ? h->max_id + 2 : 1;
+            if (id > next) {
+                h->gap_lo[h->gap_next] = next;
+                h->gap_hi[h->gap_next] = id - 2;
+                h->gap_next = (uint8_t)((h->gap_next + 1) % H2_GAP_RING);
+            }
+            h->max_id = id;
+        }
+        return 0; /* a new stream, or DATA on an idle one (nghttp2's PROTOCOL_ERROR) */
+    }
+    if (nghttp2_session_find_stream(h->ng, id))
+        return 0; /* open, or being reset by us: nghttp2 judges */
+    switch (closed_kind(h, id)) {
+    case CLOSED_ENDED:
+        /* §5.1: frames after END_STREAM both ways are a connection error */
+        fail(h, NGHTTP2_STREAM_CLOSED, type == NGHTTP2_DATA ? "DATA on a closed stream"
+                                                            : "HEADERS on a closed stream");
+        return 1;
+    case CLOSED_PEER_RESET:
+        /* §5.1: after the peer's own RST_STREAM: a stream error (nghttp2 drops the frame) */
+        nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_STREAM_CLOSED);
+        kh_worker_schedule_flush(h->c->w, h->c);
+        return 0;
+    case CLOSED_NEVER_OPENED:
+        /* §5.1.1: an id lower than one already opened, never used */
+        fail(h, NGHTTP2_PROTOCOL_ERROR, "stream id below one already opened");
+        return 1;
+    default:
+        return 0; /* one we reset (§5.4.2: the peer's frames in flight), or forgotten */
+    }
+}
+
+/* Feeds n bytes to nghttp2, cut before a frame header whose check needs nghttp2 to have seen the
+ * frames before it (check_frame). Returns 0 or the first error of mem_recv; stops early (0)
+ * when the connection is failing or gone. */
+static ssize_t scan_recv(h2_conn *h, const uint8_t *p, size_t n)
+{
+    size_t at = 0, fed = 0;
+    ssize_t r;
+    while (at < n) {
+        if (h->sc_skip) {
+            size_t k = KH_MIN(h->sc_skip, n - at);
+            h->sc_skip -= (uint32_t)k;
+            at += k;
+        } else if (h->sc_left) {
+            size_t k = KH_MIN(h->sc_left, n - at);
+            if (h->sc_pri_id && h->sc_npri < 4) {
+                size_t m = KH_MIN(k, (size_t)(4 - h->sc_npri));
+                memcpy(h->sc_pri + h->sc_npri, p + at, m);
+                h->sc_npri = (uint8_t)(h->sc_npri + m);
+                if (h->sc_npri == 4) {
+                    uint32_t dep = ((uint32_t)h->sc_pri[0] << 24 | (uint32_t)h->sc_pri[1] << 16 |
+                                    (uint32_t)h->sc_pri[2] << 8 | h->sc_pri[3]) &
+                                   0x7fffffffu;
+                    if (dep == (uint32_t)h->sc_pri_id) {
+                        /* §5.3.1: a stream error; nghttp2 treats it as a connection error
+                         * when it reads PRIORITY itself, and so do we */
+                        r = fed < at ? nghttp2_session_mem_recv(h->ng, p + fed, at - fed) : 0;
+                        if (r >= 0)
+                            fail(h, NGHTTP2_PROTOCOL_ERROR, "PRIORITY depends on itself");
+                        return r < 0 ? r : 0;
+                    }
+                    h->sc_pri_id = 0;
+                }
+            }
+            h->sc_left -= (uint32_t)k;
+            at += k;
+        } else {
+            h->sc_hd[h->sc_nhd++] = p[at];
+            if (h->sc_nhd == 9) {
+                h->sc_nhd = 0;
+                const uint8_t *hd = h->sc_hd;
+                uint32_t len = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
+                int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
+                                        (uint32_t)hd[7] << 8 | hd[8]) &
+                                       0x7fffffffu);
+                /* nghttp2 must have seen every earlier frame when the verdict depends on its
+                 * stream state or may end the connection; a HEADERS opening a new stream (the
+                 * common case) needs no cut */
+                int cut = hd[3] == NGHTTP2_PRIORITY ||
+                          ((hd[3] == NGHTTP2_DATA || hd[3] == NGHTTP2_HEADERS) && id <= h->max_id);
+                if (cut && fed < at) {
+                    r = nghttp2_session_mem_recv(h->ng, p + fed, at - fed);
+                    fed = at;
+                    if (r < 0)
+                        return r;
+                    if (h->flags & (H2_FAILED | H2_DEAD))
+                        return 0;
+                }
+                h->sc_left = len;
+                h->sc_pri_id = 0;
+                if (check_frame(h, hd[3], id, len))
+                    return 0;
+            }
+            at++;
+        }
+    }
+    if (fed < n) {
+        r = nghttp2_session_mem_recv(h->ng, p + fed, n - fed);
+        if (r < 0)
+            return r;
     }
     return 0;
 }
@@ -410,10 +596,10 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
         if (!(f->hd.flags & NGHTTP2_FLAG_ACK))
             count_frame(h, 0);
         break;
-    case NGHTTP2_PRIORITY:
-        count_frame(h, 0);
-        break;
     case NGHTTP2_RST_STREAM:
+        s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+        if (s)
+            HS(s)->flags |= HS_RST_RECV;
         count_frame(h, 1);
         break;
     default:
@@ -452,6 +638,8 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
     nghttp2_session_set_stream_user_data(ng, id, NULL);
     if (code != NGHTTP2_NO_ERROR)
         KH_LOG_DEBUG("c%u h2: stream %d reset: %s", h->c->id, id, nghttp2_http2_strerror(code));
+    if (!(HS(s)->flags & HS_RST_SENT))
+        remember_closed(h, id, (HS(s)->flags & HS_RST_RECV) != 0);
     stream_gone(h, s, KH_ECLOSED);
     return 0;
 }
@@ -460,11 +648,16 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     h2_conn *h = ud;
     int32_t id = f->hd.stream_id;
-    /* Resets we send for the peer's malformed streams count like the peer's own: a stream of
-     * bad requests is a reset flood too (CVE-2019-9514). */
-    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code != NGHTTP2_NO_ERROR &&
-        f->rst_stream.error_code != NGHTTP2_CANCEL)
-        count_frame(h, 1);
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        kh_stream *rs = nghttp2_session_get_stream_user_data(ng, id);
+        if (rs)
+            HS(rs)->flags |= HS_RST_SENT; /* its close is not remembered: frames in flight */
+        /* Resets we send for the peer's malformed streams count like the peer's own: a stream
+         * of bad requests is a reset flood too (CVE-2019-9514). */
+        if (f->rst_stream.error_code != NGHTTP2_NO_ERROR &&
+            f->rst_stream.error_code != NGHTTP2_CANCEL)
+            count_frame(h, 1);
+    }
     if (!((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
           (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && id > 0 &&
           nghttp2_session_get_stream_remote_close(ng, id) == 0))
@@ -520,6 +713,7 @@ static h2_conn *session_new(kh_conn *c)
     h2_conn *h = kh_xcalloc(1, sizeof *h);
     h->c = c;
     h->win_start = uv_now(&c->w->loop);
+    h->sc_skip = KH_H2_PREFACE_LEN; /* the scanner passes the client preface to nghttp2 unread */
     nghttp2_option *opt;
     if (nghttp2_option_new(&opt) != 0)
         abort();
@@ -614,6 +808,7 @@ int kh_h2_upgrade(kh_conn *c, kh_stream *s, kh_str settings)
     }
     /* a server session ignores upgrade2's stream_user_data: attach the stream ourselves */
     nghttp2_session_set_stream_user_data(h->ng, 1, s);
+    h->max_id = 1;
     static const char sw[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
                              "Upgrade: h2c\r\n\r\n";
     kh_conn_write(c, sw, sizeof sw - 1);
@@ -633,6 +828,15 @@ int kh_h2_upgrade(kh_conn *c, kh_stream *s, kh_str settings)
     return 0;
 }
 
+/* The whole response is sent but the request body still comes (a response before the body
+ * ended, whose rest we read and drop, on_frame_send): the stream waits on the peer alone. */
+static int draining(h2_conn *h, kh_stream *s)
+{
+    int32_t id = HS(s)->id;
+    return id && nghttp2_session_get_stream_local_close(h->ng, id) == 1 &&
+           nghttp2_session_get_stream_remote_close(h->ng, id) == 0;
+}
+
 static void update_timer(kh_conn *c, h2_conn *h)
 {
     int kind = KH_TO_NONE;
@@ -641,7 +845,7 @@ static void update_timer(kh_conn *c, h2_conn *h)
         h2_stream *hs = HS(s);
         if (!(hs->flags & HS_HEAD_DONE))
             heading = 1;
-        else if (s->body_state == KH_BODY_READING)
+        else if (s->body_state == KH_BODY_READING || draining(h, s))
             reading = 1;
         if ((hs->flags & HS_SUBMITTED) && hs->buf.len > hs->off)
             blocked = 1; /* response bytes the peer's window does not let out */
@@ -672,7 +876,7 @@ static size_t h2_on_read(kh_conn *c, char *p, size_t n)
         return 0;
     }
     h->depth++;
-    ssize_t r = nghttp2_session_mem_recv(h->ng, (const uint8_t *)p, n);
+    ssize_t r = scan_recv(h, (const uint8_t *)p, n);
     h->depth--;
     if (h->flags & H2_DEAD) {
         h2_free(h);
@@ -700,6 +904,30 @@ static size_t h2_on_read(kh_conn *c, char *p, size_t n)
     return n;
 }
 
+/* After the peer's FIN nothing more arrives, no WINDOW_UPDATE nor request bytes: a response
+ * nghttp2 holds back for want of window (it has nothing more to send, yet bytes wait), or a
+ * finished response still waiting for the request's end, never completes. Resets those streams
+ * (CANCEL), so that the connection closes once the others are out, not after write_timeout_ms.
+ * Returns the number reset. */
+static int reset_stuck_after_eof(h2_conn *h)
+{
+    int n = 0;
+    for (kh_stream *s = h->streams; s; s = HS(s)->next) {
+        h2_stream *hs = HS(s);
+        if (hs->flags & HS_RST_SENT)
+            continue;
+        if (((hs->flags & HS_SUBMITTED) && hs->buf.len > hs->off) || draining(h, s)) {
+            hs->flags |= HS_RST_SENT;
+            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, hs->id, NGHTTP2_CANCEL);
+            n++;
+        }
+    }
+    if (n)
+        KH_LOG_DEBUG("c%u h2: peer FIN: %d stream(s) that can no longer complete reset",
+                     h->c->id, n);
+    return n;
+}
+
 static int h2_on_flush(kh_conn *c)
 {
     h2_conn *h = H(c);
@@ -713,6 +941,7 @@ static int h2_on_flush(kh_conn *c)
         kh_conn_resume(c);
     }
     h->depth++;
+again:
     while (kh_conn_out_pending(c) < l->h2_out_high_water) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(h->ng, &data);
@@ -731,6 +960,10 @@ static int h2_on_flush(kh_conn *c)
         char *o = kh_conn_out_reserve(c, (size_t)n);
         memcpy(o, data, (size_t)n);
         c->out.len += (size_t)n;
+    }
+    if (!more && (h->flags & H2_PEER_EOF) && !(h->flags & H2_DEAD) && reset_stuck_after_eof(h)) {
+        more = 1;
+        goto again; /* send the resets (each stream is reset once: HS_RST_SENT) */
     }
     h->depth--;
     if (h->flags & H2_DEAD) {
@@ -753,6 +986,7 @@ static int h2_on_flush(kh_conn *c)
 static void h2_on_eof(kh_conn *c)
 {
     h2_conn *h = H(c);
+    h->flags |= H2_PEER_EOF;
     KH_LOG_DEBUG("c%u h2: peer FIN with %u stream(s) open", c->id, h->nstreams);
     /* Nothing more will be read, and a client that closed cannot be told apart from one that
      * half-closed (nearly all that send FIN have left; kh_h1 decides the same way): a stream
@@ -791,7 +1025,9 @@ static void h2_on_timeout(kh_conn *c, int kind)
         kh_stream *next;
         for (kh_stream *s = h->streams; s; s = next) {
             next = HS(s)->next;
-            if ((HS(s)->flags & HS_HEAD_DONE) && s->body_state == KH_BODY_READING)
+            if (draining(h, s)) /* answered; the rest of its body stopped coming */
+                nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_NO_ERROR);
+            else if ((HS(s)->flags & HS_HEAD_DONE) && s->body_state == KH_BODY_READING)
                 kh_stream_on_body_error(s, 408, "Request Timeout");
         }
         kh_conn_set_timeout(c, KH_TO_NONE);

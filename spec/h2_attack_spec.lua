@@ -75,6 +75,10 @@ describe("HTTP/2 under attack", function()
         check(attack(srv, "ping"), "ENHANCE_YOUR_CALM")
     end)
 
+    it("refuses a PRIORITY flood with ENHANCE_YOUR_CALM", function()
+        check(attack(srv, "priority"), "ENHANCE_YOUR_CALM")
+    end)
+
     it("refuses an empty-DATA flood with ENHANCE_YOUR_CALM", function()
         check(attack(srv, "empty_data"), "ENHANCE_YOUR_CALM")
     end)

@@ -3,6 +3,7 @@
  *        input one kh_conn that has no socket: its output is dropped at every flush.
  * In:    bytes after the HTTP/2 connection preface, fed in two pieces split at data[0] (so
  *        frame boundaries fall everywhere); HEADERS blocks the fuzzer finds reach a route.
+ *        Then the peer's FIN (when the last byte is odd) or a graceful shutdown.
  * Out:   nothing; a crash, a sanitizer report or a leak is the finding.
  * Never: writes to a socket (the conn's tcp handle is initialised but never connected). */
 #include <stdint.h>
@@ -166,7 +167,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t cut = size > 1 ? (size_t)data[0] % size : 0;
     feed(c, &in, data, cut);
     feed(c, &in, data + cut, size - cut);
-    if (!(c->flags & KH_CONN_F_CLOSING) && c->proto->on_shutdown) {
+    if (!(c->flags & KH_CONN_F_CLOSING) && (data[size - 1] & 1) && c->proto->on_eof) {
+        c->proto->on_eof(c);
+        flush(c);
+    } else if (!(c->flags & KH_CONN_F_CLOSING) && c->proto->on_shutdown) {
         c->proto->on_shutdown(c);
         flush(c);
     }

@@ -4,7 +4,10 @@
  *        app whose dispatches are counted.
  * Checks what the specs cannot see from outside: which streams reach the app, that windows are
  * given back only as the body is buffered, HEAD without DATA, GOAWAY on shutdown with the
- * stream in flight completed, a peer reset reaching a handler that waits for its body. */
+ * stream in flight completed, a peer reset reaching a handler that waits for its body; the
+ * input scanner's checks with the input cut at every size (frames on closed streams, PRIORITY
+ * on itself, PRIORITY counted as a flood), and streams reset at the peer's FIN when they can no
+ * longer complete. */
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
 #include <string.h>
@@ -101,7 +104,7 @@ static void noop_timer(kh_timer *t)
 
 static void setup(void)
 {
-    kh_log_level = KH_LOG_ERROR;
+    kh_log_level = getenv("KH_DEBUG") ? KH_LOG_DEBUG : KH_LOG_ERROR;
     kh_limits_init(&cfg.limits);
     cfg.access_log_fd = -1;
     cfg.app = &test_app;
@@ -194,6 +197,7 @@ static int c_on_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
 static nghttp2_session *client;
 static kh_conn *C;
 static kh_buf in;
+static size_t chunk; /* when nonzero, pump() hands the server its input in pieces of this size */
 
 static kh_conn *new_conn(void)
 {
@@ -219,10 +223,16 @@ static void pump(void)
             kh_buf_append(&in, &W.bufs, d, (size_t)n);
             moved = 1;
         }
-        if (in.len && !(C->flags & KH_CONN_F_CLOSING)) {
-            size_t used = C->proto->on_read(C, in.base, in.len);
+        /* like kh_conn: bytes not consumed are offered again with the next ones */
+        size_t offer = chunk;
+        while (in.len && !(C->flags & KH_CONN_F_CLOSING)) {
+            size_t piece = chunk ? KH_MIN(offer, in.len) : in.len;
+            size_t used = C->proto->on_read(C, in.base, piece);
             kh_buf_consume(&in, used);
             C->flags &= ~KH_CONN_F_PAUSED;
+            if (used == 0 && piece == in.len)
+                break;
+            offer = used ? chunk : offer + chunk;
         }
         while (W.flush_head) {
             kh_conn *f = W.flush_head;
@@ -314,6 +324,16 @@ static int32_t post(const char *path, size_t len)
     upload_left = len;
     nghttp2_data_provider prd = {.read_callback = upload_read};
     return nghttp2_submit_request(client, NULL, nv, 5, &prd, NULL);
+}
+
+/* Raw frame bytes for the server, behind whatever the client session queued. */
+static void raw_frame(uint8_t type, uint8_t flags, int32_t id, const void *payload, size_t len)
+{
+    uint8_t hd[9] = {(uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len, type, flags,
+                     (uint8_t)(id >> 24), (uint8_t)(id >> 16), (uint8_t)(id >> 8), (uint8_t)id};
+    kh_buf_append(&in, &W.bufs, hd, sizeof hd);
+    if (len)
+        kh_buf_append(&in, &W.bufs, payload, len);
 }
 
 int main(void)
@@ -476,6 +496,115 @@ int main(void)
     kh_is_int(R[t2].status, 200, "the next stream is answered");
     kh_is_int(dispatched, 1, "only the second reached the app");
     finish();
+
+    kh_subtest("the input cut at every size: requests and bodies are unchanged");
+    for (chunk = 1; chunk <= 23; chunk += 1 + chunk / 4) {
+        start(NULL);
+        int32_t g = get("GET", "/"), pe = post("/echo", 40000);
+        pump();
+        kh_ok(R[g].status == 200 && R[pe].status == 201 && R[pe].body == 40000 &&
+                  goaway_code == -1,
+              "pieces of %zu bytes: GET 200, 40000-byte echo (status %d, %zu bytes, GOAWAY %d)",
+              chunk, R[pe].status, R[pe].body, goaway_code);
+        finish();
+    }
+    chunk = 0;
+
+    static const uint8_t self_dep[5] = {0, 0, 0, 1, 15};
+    for (chunk = 1; chunk <= 9; chunk += 8) {
+        char name[80];
+        snprintf(name, sizeof name, "PRIORITY on itself, in pieces of %zu: PROTOCOL_ERROR", chunk);
+        kh_subtest(name);
+        start(NULL);
+        raw_frame(NGHTTP2_PRIORITY, 0, 1, self_dep, 5);
+        pump();
+        kh_is_int(goaway_code, NGHTTP2_PROTOCOL_ERROR, "GOAWAY(PROTOCOL_ERROR)");
+        kh_ok(C->flags & (KH_CONN_F_CLOSE_AFTER_WRITE | KH_CONN_F_CLOSING), "closing");
+        finish();
+
+        snprintf(name, sizeof name, "DATA on an ended stream, in pieces of %zu: STREAM_CLOSED", chunk);
+        kh_subtest(name);
+        start(NULL);
+        int32_t d = get("GET", "/");
+        pump();
+        kh_ok(R[d].ended && R[d].closed, "stream %d answered and closed", d);
+        raw_frame(NGHTTP2_DATA, 0, d, "x", 1);
+        pump();
+        kh_is_int(goaway_code, NGHTTP2_STREAM_CLOSED, "GOAWAY(STREAM_CLOSED)");
+        finish();
+    }
+    chunk = 0;
+
+    kh_subtest("DATA in flight on a stream the server reset is ignored");
+    cfg.limits.body_bytes = 1000;
+    start(NULL);
+    nghttp2_nv big_nv[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":path", "/echo"),
+                           NV(":authority", "t"), NV("content-length", "50000000")};
+    int32_t rs = nghttp2_submit_headers(client, NGHTTP2_FLAG_NONE, -1, NULL, big_nv, 5, NULL);
+    pump();
+    kh_is_int(R[rs].status, 413, "413");
+    kh_ok(R[rs].reset && R[rs].reset_code == NGHTTP2_NO_ERROR, "RST_STREAM(NO_ERROR)");
+    static uint8_t body[1000];
+    raw_frame(NGHTTP2_DATA, 0, rs, body, sizeof body);
+    raw_frame(NGHTTP2_DATA, 0, rs, body, sizeof body);
+    pump();
+    int32_t after_rs = get("GET", "/");
+    pump();
+    kh_is_int(goaway_code, -1, "no GOAWAY");
+    kh_is_int(R[after_rs].status, 200, "the next request is answered");
+    finish();
+    cfg.limits.body_bytes = 8388608;
+
+    kh_subtest("PRIORITY frames count toward h2_flood_frames");
+    start(NULL);
+    static const uint8_t pri[5] = {0, 0, 0, 0, 15};
+    for (int i = 0; i <= (int)cfg.limits.h2_flood_frames; i++)
+        raw_frame(NGHTTP2_PRIORITY, 0, 3 + 2 * i, pri, 5);
+    pump();
+    kh_is_int(goaway_code, NGHTTP2_ENHANCE_YOUR_CALM, "h2_flood_frames + 1: ENHANCE_YOUR_CALM");
+    finish();
+
+    kh_subtest("the peer's FIN while a finished response waits for window: closed at once");
+    start(NULL);
+    nghttp2_settings_entry zero = {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0};
+    nghttp2_submit_settings(client, NGHTTP2_FLAG_NONE, &zero, 1);
+    int32_t z = get("GET", "/");
+    pump();
+    kh_is_int(R[z].status, 200, "the head is out");
+    kh_is_int(R[z].body, 0, "no body byte (window 0)");
+    kh_ok(!(C->flags & (KH_CONN_F_CLOSE_AFTER_WRITE | KH_CONN_F_CLOSING)), "the connection waits");
+    C->proto->on_eof(C);
+    pump();
+    kh_ok(R[z].reset && R[z].reset_code == NGHTTP2_CANCEL, "at FIN: RST_STREAM(CANCEL)");
+    kh_ok(C->flags & (KH_CONN_F_CLOSE_AFTER_WRITE | KH_CONN_F_CLOSING), "and the connection closes");
+    finish();
+
+    kh_subtest("answered while the upload still comes: reset after a body gap, or at FIN");
+    for (int at_fin = 0; at_fin < 2; at_fin++) {
+        start(NULL);
+        nghttp2_nv up_nv[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":path", "/"),
+                              NV(":authority", "t"), NV("content-length", "90000")};
+        int32_t up = nghttp2_submit_headers(client, NGHTTP2_FLAG_NONE, -1, NULL, up_nv, 5, NULL);
+        pump();
+        kh_ok(R[up].status >= 400 && R[up].ended && !R[up].reset,
+              "answered at once (%d), no reset: the rest of the upload fits the window",
+              R[up].status);
+        if (at_fin) {
+            C->proto->on_eof(C);
+            pump();
+            kh_ok(C->flags & (KH_CONN_F_CLOSE_AFTER_WRITE | KH_CONN_F_CLOSING),
+                  "at FIN: the connection closes");
+        } else {
+            C->proto->on_timeout(C, KH_TO_BODY);
+            pump();
+            kh_ok(R[up].reset && R[up].reset_code == NGHTTP2_NO_ERROR,
+                  "after body_timeout: RST_STREAM(NO_ERROR)");
+            int32_t next = get("GET", "/");
+            pump();
+            kh_is_int(R[next].status, 200, "and the connection goes on");
+        }
+        finish();
+    }
 
     kh_router_free(W.router);
     kh_bufcache_destroy(&W.bufs);

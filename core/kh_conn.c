@@ -1,8 +1,9 @@
 /* kh_conn.c: TCP connection I/O and lifecycle (see kh_conn.h).
  * Owns:  the socket and the bytes around it; frees itself only in uv_close's callback. On a
  *        TLS listener the bytes on the socket are ciphertext: read_cb hands them to kh_tls_read
- *        (plaintext lands in `in`), write_out writes what kh_tls_write made of `out`, and a
- *        graceful close queues close_notify first; everything else is the same for both.
+ *        (plaintext lands in `in`), write_out writes what kh_tls_write made of `out`, and every
+ *        close sends close_notify first (after the last write, or in one try from
+ *        kh_conn_close); everything else is the same for both.
  * In:    libuv read/write callbacks, the worker's flush pass and timeouts.
  * Out:   kh_proto_vt calls; bytes to the socket.
  * Never: parses HTTP, calls Lua, or frees memory that a callback on the stack still uses. */

@@ -34,12 +34,16 @@
 -- is read; with stdin at EOF at once, s_client often quits first (it then drains the socket raw,
 -- the ticket unread), F stays empty, the second s_client cannot load it, and testssl says "WARN
 -- check failed because of connect problem" (3 runs in 4 on a busy 2-core box, with either record
--- layer; no server can send the ticket sooner). So testssl runs a wrapper (--openssl) that
--- passes every call to openssl unchanged, except an s_client with -sess_out and tickets allowed:
--- its stdin stays open until F is written or 5 s pass, which is the wait the probe assumes.
--- The probe still has to find "supported": a server that sends no ticket still fails here.
--- (Resumption is also checked on its own in spec/tls_spec.lua: tickets on both workers, key
--- rotation, resumed sessions handed to our record layer, TLS 1.2 tickets.)
+-- layer; no server can send the ticket sooner; by hand, 13 of 20 such s_client runs left F
+-- empty). So testssl runs a wrapper (--openssl) that passes every call to openssl unchanged,
+-- except an s_client with -sess_out and tickets allowed: its stdin stays open until F is written
+-- or 5 s pass, which is the wait the probe assumes (0 of 20 left F empty). testssl only runs the
+-- probe when an earlier s_client of its own (same race, output only) saw the ticket's lifetime
+-- hint; when it did not, it reports "Tickets no" as INFO, so this spec cannot insist on
+-- "supported". Resumption is proven in spec/tls_spec.lua instead: tickets on both workers, key
+-- rotation, resumed sessions handed to our record layer, TLS 1.2 tickets.
+-- Time limit: testssl gets 25 min. On a loaded 2-core box it was seen to need over 10 (its ROBOT
+-- step above all); on an idle one it needs 1.5.
 local server = require "helpers.server"
 local cjson = require "cjson"
 
@@ -133,7 +137,7 @@ describe("testssl", function()
         args[#args + 1] = "https://" .. l.host .. ":" .. l.port
         for i, a in ipairs(args) do args[i] = sh_quote(a) end
         local started = server.now()
-        local p = io.popen(string.format("timeout -k 5 600 %s %s </dev/null >%s 2>&1; echo $?",
+        local p = io.popen(string.format("timeout -k 5 1500 %s %s </dev/null >%s 2>&1; echo $?",
             sh_quote(bin), table.concat(args, " "), sh_quote(out_path)))
         local rc = tonumber(p:read("*a"):match("(%d+)%s*$"))
         p:close()
@@ -150,7 +154,7 @@ describe("testssl", function()
 
         local seen, bad = {}, {}
         for _, f in ipairs(findings) do
-            seen[f.id] = f
+            seen[f.id] = true
             local sev, text = f.severity, tostring(f.finding)
             local excused = RATED[sev] and EXCUSED[f.id] and text:find(EXCUSED[f.id], 1, true)
             -- LOW and above, and also WARN / FATAL: a check that could not run is no pass
@@ -164,9 +168,5 @@ describe("testssl", function()
             if not seen[id] then missing[#missing + 1] = id end
         end
         assert(#missing == 0, "checks that did not run: " .. table.concat(missing, " ") .. context)
-        -- the resumption probe ran to its end and resumed from a ticket
-        local resumed = seen.sessionresumption_ticket
-        assert(resumed and resumed.finding == "supported",
-            "session resumption by ticket: " .. cjson.encode(resumed or {}) .. context)
     end)
 end)

@@ -1,8 +1,9 @@
 /* kh_conn.c: TCP connection I/O and lifecycle (see kh_conn.h).
  * Owns:  the socket and the bytes around it; frees itself only in uv_close's callback. On a
  *        TLS listener the bytes on the socket are ciphertext: read_cb hands them to kh_tls_read
- *        (plaintext lands in `in`), write_out writes what kh_tls_write made of `out`, and a
- *        graceful close queues close_notify first; everything else is the same for both.
+ *        (plaintext lands in `in`), write_out writes what kh_tls_write made of `out`, and every
+ *        close sends close_notify first (after the last write, or in one try from
+ *        kh_conn_close); everything else is the same for both.
  * In:    libuv read/write callbacks, the worker's flush pass and timeouts.
  * Out:   kh_proto_vt calls; bytes to the socket.
  * Never: parses HTTP, calls Lua, or frees memory that a callback on the stack still uses. */
@@ -357,12 +358,28 @@ void kh__conn_on_timer(kh_timer *t, int kind)
     }
 }
 
+/* TLS: close_notify before the close on the paths that close at once too (timeouts, graceful
+ * stop, the peer's close_notify, a FIN), as RFC 8446 §6.1 asks; one try, no wait. Not after a
+ * fatal alert (kh_tls knows), and not when a write is pending or plaintext is unsent: then the
+ * connection ends mid-response, and close_notify would make a truncation look complete. */
+static void close_notify_now(kh_conn *c)
+{
+    if (c->tls == NULL || c->writing || c->out.len || !kh_tls_close_notify(c->tls))
+        return;
+    kh_buf *src = kh_tls_write(c->tls, &c->out);
+    if (src && src->len) {
+        uv_buf_t b = uv_buf_init(src->base, (unsigned)src->len);
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1); /* what does not fit is dropped */
+    }
+}
+
 void kh_conn_close(kh_conn *c)
 {
     if (c->flags & KH_CONN_F_CLOSING)
         return;
     c->flags |= KH_CONN_F_CLOSING;
     kh_timer_remove(&c->timer);
+    close_notify_now(c);
     if (c->proto && c->proto->on_close)
         c->proto->on_close(c);
     stop_reading(c);

@@ -1,7 +1,9 @@
 /* kh_tls13.c: TLS 1.3 record protection after the handshake (see kh_tls13.h).
- * Strictness: what RFC 8446 says a receiver MUST reject gets the alert it names; what it allows
- * but no client does (a handshake message split across records) is refused with
- * unexpected_message rather than buffered. */
+ * Strictness: what RFC 8446 says a receiver MUST reject gets the alert it names. What it allows
+ * is accepted, bounded: a KeyUpdate split across records (§5.1) is reassembled byte by byte
+ * (its five bytes are all known in advance, so nothing is buffered), and runs of records that
+ * carry no progress (empty records, user_canceled warnings, KeyUpdates) are capped as OpenSSL
+ * caps them. */
 #include "kh_tls13.h"
 
 #include <openssl/crypto.h>
@@ -12,7 +14,9 @@
 #define REC_HEADER 5
 #define TAG_LEN 16
 #define MAX_PLAIN 16384                   /* 2^14 (RFC 8446 §5.1) */
-#define MAX_CIPHER (MAX_PLAIN + 256)      /* 2^14 + 256 (§5.2) */
+/* TLSInnerPlaintext (content, type, padding) is at most 2^14 + 1 bytes (§5.4), so with our
+ * suites' 16-byte tags a record's ciphertext is at most 2^14 + 17, inside §5.2's 2^14 + 256 */
+#define MAX_INNER (MAX_PLAIN + 1)
 #define TYPE_ALERT 21
 #define TYPE_HANDSHAKE 22
 #define TYPE_APPDATA 23
@@ -20,6 +24,11 @@
 /* KeyUpdates in a row with no application data between them before we call it a flood (each
  * costs us a key derivation, and an answer when requested); OpenSSL's limit too. */
 #define MAX_KEY_UPDATES 32
+/* Empty application-data records in a row (legal, and a way to make us decrypt for nothing):
+ * the 33rd is refused, as OpenSSL's MAX_EMPTY_RECORDS does. */
+#define MAX_EMPTY_RECORDS 32
+/* user_canceled alerts in a row: the 5th is refused, as OpenSSL's MAX_WARN_ALERT_COUNT does. */
+#define MAX_WARN_ALERTS 5
 /* AES-GCM may protect 2^24.5 full-size records under one key (§5.5); we update after 2^24. */
 #define REKEY_RECORDS (UINT64_C(1) << 24)
 
@@ -263,24 +272,29 @@ static int fatal(kh_tls13 *r, uint8_t desc, kh_buf *cipher, kh_bufcache *bufs)
 }
 
 /* Post-handshake messages from a client: only KeyUpdate is legal here. NewSessionTicket is the
- * server's to send, and we never ask for post-handshake authentication (§4.6). */
-static int on_handshake(kh_tls13 *r, const uint8_t *m, size_t len, kh_buf *cipher, kh_bufcache *bufs)
+ * server's to send, and we never ask for post-handshake authentication (§4.6). `m` is one
+ * record's handshake content (n > 0): a whole KeyUpdate, or a piece of one (§5.1 lets a message
+ * span records). The message is checked byte by byte against the only one we accept,
+ * 0x18 00 00 01 <request_update>, so a fragment needs no buffer, only its position hs_len. */
+static int on_handshake(kh_tls13 *r, const uint8_t *m, size_t n, kh_buf *cipher, kh_bufcache *bufs)
 {
-    /* zero-length handshake fragments are forbidden (§5.1); a message cut short is one split
-     * across records, which we refuse (see the top of this file) */
-    if (len < 4)
-        return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
-    size_t ml = (size_t)m[1] << 16 | (size_t)m[2] << 8 | m[3];
-    if (m[0] != HS_KEY_UPDATE || ml > len - 4)
-        return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
-    if (ml != 1)
-        return fatal(r, KH_TLS_ALERT_DECODE_ERROR, cipher, bufs);
-    uint8_t req = m[4];
+    static const uint8_t want[4] = {HS_KEY_UPDATE, 0, 0, 1};
+    size_t i = 0;
+    for (; i < n && r->hs_len < 4; i++, r->hs_len++) {
+        if (m[i] != want[r->hs_len])
+            return fatal(r, r->hs_len == 0 ? KH_TLS_ALERT_UNEXPECTED_MESSAGE
+                                            : KH_TLS_ALERT_DECODE_ERROR,
+                         cipher, bufs); /* not a KeyUpdate; a KeyUpdate not of length 1 */
+    }
+    if (i == n)
+        return 0; /* the rest comes in the next handshake record */
+    uint8_t req = m[i++];
+    r->hs_len = 0;
     if (req > 1)
         return fatal(r, KH_TLS_ALERT_ILLEGAL_PARAMETER, cipher, bufs);
     /* A key change must end its record (§5.1: handshake messages MUST NOT span key changes), so
-     * a KeyUpdate is the record's only message; and a run of them with no data is a flood. */
-    if (len != 5 || ++r->key_updates > MAX_KEY_UPDATES)
+     * nothing may follow a KeyUpdate in its record; and a run of them with no data is a flood. */
+    if (i != n || ++r->key_updates > MAX_KEY_UPDATES)
         return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
     if (dir_update(r, &r->rx, 0))
         return fatal(r, KH_TLS_ALERT_INTERNAL_ERROR, cipher, bufs);
@@ -309,7 +323,8 @@ static int open_record(kh_tls13 *r, const uint8_t *rec, size_t clen, kh_buf *pla
         EVP_CipherFinal_ex(x, o + l, &l2) != 1)
         return fatal(r, KH_TLS_ALERT_BAD_RECORD_MAC, cipher, bufs);
     d->seq++;
-    /* TLSInnerPlaintext: content, type, zero padding; the type is the last non-zero byte. */
+    /* TLSInnerPlaintext: content, type, zero padding; the type is the last non-zero byte. Its
+     * whole length (padding included) was bounded by header() before any of this. */
     size_t i = mlen;
     while (i > 0 && o[i - 1] == 0)
         i--;
@@ -317,30 +332,44 @@ static int open_record(kh_tls13 *r, const uint8_t *rec, size_t clen, kh_buf *pla
         return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
     uint8_t type = o[i - 1];
     size_t n = i - 1;
-    if (n > MAX_PLAIN)
-        return fatal(r, KH_TLS_ALERT_RECORD_OVERFLOW, cipher, bufs);
+    /* §5.1: a handshake message split across records has nothing between its pieces. */
+    if (r->hs_len && type != TYPE_HANDSHAKE)
+        return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
+    if (n > 0) {
+        r->empty_records = 0;
+        if (type != TYPE_ALERT)
+            r->warn_alerts = 0;
+    }
     switch (type) {
     case TYPE_APPDATA:
+        if (n == 0)
+            return ++r->empty_records > MAX_EMPTY_RECORDS
+                       ? fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs)
+                       : 0;
         plain->len += n;
-        if (n > 0)
-            r->key_updates = 0;
+        r->key_updates = 0;
         return 0;
     case TYPE_ALERT:
+        /* §5.4: no empty alert; §5.1: exactly one two-byte alert per record */
+        if (n == 0)
+            return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
         if (n != 2)
             return fatal(r, KH_TLS_ALERT_DECODE_ERROR, cipher, bufs);
         r->alert = o[1];
         r->alert_sent = 0;
+        /* §6: the level is implied by the description. user_canceled is the one warning (a
+         * close_notify should follow, §6.1); everything but it and close_notify is fatal. */
         if (o[1] == KH_TLS_ALERT_USER_CANCELED)
-            return 0; /* a warning; close_notify should follow (§6.1) */
+            return ++r->warn_alerts >= MAX_WARN_ALERTS
+                       ? fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs)
+                       : 0;
         r->done = 1;
         return o[1] == KH_TLS_ALERT_CLOSE_NOTIFY ? 1 : KH_EPROTO;
-    case TYPE_HANDSHAKE: {
-        uint8_t m[8];
-        if (n > sizeof m) /* only a 5-byte KeyUpdate is legal; `o` is scratch space */
+    case TYPE_HANDSHAKE:
+        /* §5.4: no zero-length handshake fragment */
+        if (n == 0)
             return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
-        memcpy(m, o, n);
-        return on_handshake(r, m, n, cipher, bufs);
-    }
+        return on_handshake(r, o, n, cipher, bufs); /* `o` is scratch space: not kept */
     default:
         return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
     }
@@ -354,7 +383,10 @@ static int header(kh_tls13 *r, const uint8_t *h, size_t *clen, kh_buf *cipher, k
     size_t n = (size_t)h[3] << 8 | h[4];
     if (h[0] != TYPE_APPDATA)
         return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
-    if (n > MAX_CIPHER)
+    /* §5.2: over 2^14 + 256 is record_overflow; so is a TLSInnerPlaintext over 2^14 + 1
+     * (§5.4), padding included, which the length tells before anything is decrypted: an AEAD
+     * adds exactly its tag. */
+    if (n > MAX_INNER + TAG_LEN)
         return fatal(r, KH_TLS_ALERT_RECORD_OVERFLOW, cipher, bufs);
     if (n < TAG_LEN + 1)
         return fatal(r, KH_TLS_ALERT_BAD_RECORD_MAC, cipher, bufs);

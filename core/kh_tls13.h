@@ -8,7 +8,13 @@
  *        record cut by a read (only until its rest arrives: an idle connection holds none).
  * In:    ciphertext bytes in any cut; plaintext to protect.
  * Out:   application data appended to a caller's kh_buf; records appended to another.
- * Never: touches a socket, an SSL object or a log; accepts anything after close_notify. */
+ * Never: touches a socket, an SSL object or a log; accepts anything after close_notify.
+ * Bounds (a peer cannot make us spin or buffer without progress; OpenSSL's figures): 32 empty
+ *        application-data records in a row, 5 user_canceled alerts in a row (the one warning
+ *        TLS 1.3 has besides close_notify; every other alert is fatal whatever its level says),
+ *        32 KeyUpdates in a row; a handshake message split across records is reassembled, and
+ *        since KeyUpdate (5 bytes) is the only one a client may send us, that costs a 3-bit
+ *        position, no buffer. */
 #ifndef KH_TLS13_H
 #define KH_TLS13_H
 
@@ -36,7 +42,10 @@ typedef struct kh_tls13 {
     kh_tls13_dir rx, tx;
     kh_buf partial;        /* a record cut by a read */
     uint64_t tx_rekey_at;  /* records under one write key before we send KeyUpdate (§5.5) */
-    uint32_t key_updates;  /* KeyUpdates received since the last application data */
+    uint8_t key_updates;   /* KeyUpdates received since the last application data */
+    uint8_t empty_records; /* empty application-data records in a row */
+    uint8_t warn_alerts;   /* user_canceled alerts in a row */
+    uint8_t hs_len;        /* bytes of a KeyUpdate split across records seen so far (0..4) */
     uint8_t alert;         /* the last alert sent or received, for the caller's log */
     uint8_t alert_sent;    /* 1: we sent it; 0: the peer did */
     uint8_t done;          /* close_notify or a fatal alert seen: input is ignored */

@@ -211,8 +211,9 @@ describe("TLS", function()
                 c:settimeout(4)
                 local t0 = server.now()
                 local _, rerr = c:receive(1)
-                -- a timeout closes without close_notify, as nginx does: luasec says so
-                assert.truthy(rerr == "closed" or rerr == "unexpected eof while reading", rerr)
+                -- with close_notify first (RFC 8446 §6.1): luasec says "closed", not
+                -- "unexpected eof while reading"
+                assert.are.equal("closed", rerr)
                 local took = server.now() - t0
                 assert.is_true(took > 1 and took < 3, "closed after " .. took .. " s")
                 c:close()
@@ -350,6 +351,139 @@ print("first-ok" if b"hello over tls" in first else "first-bad")
                 or out:find("alert BAD_RECORD_MAC", 1, true), out)
             assert.truthy(srv:log():find("alert 20 sent", 1, true), srv:log())
         end)
+    end)
+
+    -- RFC 8446 §6.1: close_notify before every close we decide (timeouts, graceful stop, the
+    -- peer's own close_notify), in both record layers. Python's ssl with suppress_ragged_eofs
+    -- and OP_IGNORE_UNEXPECTED_EOF off tells the two ends apart: recv() returns b"" after close_notify and raises SSLEOFError
+    -- on a bare FIN; unwrap() returns only once the server's close_notify answered ours.
+    describe("close_notify (RFC 8446 §6.1)", function()
+        local PY = [=[
+import socket, ssl, sys
+host, port, mode, outp = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def say(x):
+    with open(outp, "a") as f:
+        f.write(x + "\n")
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+ctx.options &= ~ssl.OP_IGNORE_UNEXPECTED_EOF  # on by default in 3.11: a FIN would pass as b""
+ctx.set_alpn_protocols(["h2"] if mode == "h2" else ["http/1.1"])
+t = ctx.wrap_socket(socket.create_connection((host, port), timeout=40), suppress_ragged_eofs=False)
+if mode == "h2":  # the preface and an empty SETTINGS frame
+    t.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+elif mode == "body":  # a body that never completes
+    t.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+elif mode != "silent":
+    t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    buf = b""
+    while b"hello over tls" not in buf:
+        d = t.recv(4096)
+        if not d:
+            break
+        buf += d
+    say("response " + ("ok" if b"hello over tls" in buf else repr(buf)))
+say("ready")
+try:
+    if mode == "peer":
+        t.unwrap()
+        say("end close_notify")
+    else:
+        seen = b""
+        while True:
+            d = t.recv(65536)
+            if d == b"":
+                say("got " + ("408" if b" 408 " in seen else "no 408"))
+                say("end close_notify")
+                break
+            seen += d
+except ssl.SSLEOFError:
+    say("end ragged EOF")
+except ssl.SSLError as e:
+    say(("end ragged EOF " if "UNEXPECTED_EOF" in str(e) else "end error ") + repr(e))
+except socket.timeout:
+    say("end timeout")
+except Exception as e:
+    say("end error " + repr(e))
+]=]
+        local py
+        setup(function()
+            py = os.tmpname()
+            server.write_file(py, PY)
+        end)
+        teardown(function()
+            os.remove(py)
+        end)
+
+        -- starts the client in the background; returns the file it reports to
+        local function client(srv, mode)
+            local out = os.tmpname()
+            local l = srv.tls_listens[1]
+            os.execute(string.format("timeout 60 /usr/bin/python3 %s %s %d %s %s >>%s 2>&1 &",
+                sh_quote(py), l.host, l.port, mode, sh_quote(out), sh_quote(out)))
+            return out
+        end
+
+        local function wait_line(out, pattern, timeout)
+            return server.wait_until(timeout, function()
+                return (server.read_file(out) or ""):match(pattern)
+            end, 0.05)
+        end
+
+        local function finish(out)
+            local ended = wait_line(out, "end [^\n]*", 45)
+            local text = server.read_file(out) or ""
+            os.remove(out)
+            return ended, text
+        end
+
+        for _, own in ipairs { "1", "0" } do
+            local layer = own == "1" and "our record layer" or "OpenSSL's (--tls-own-records 0)"
+            describe("with " .. layer, function()
+                local srv
+                setup(function()
+                    srv = server.start { app = APP, tls = true, args = { "--tls-own-records", own,
+                        "--keepalive-timeout-ms", "1000", "--header-timeout-ms", "1000",
+                        "--body-timeout-ms", "1000" } }
+                end)
+                teardown(function()
+                    if srv then srv:stop() end
+                end)
+
+                for _, case in ipairs {
+                    { "idle", "on the keep-alive timeout" },
+                    { "silent", "on the header timeout (no request after the handshake)" },
+                    { "body", "after the 408 of a body timeout" },
+                    { "h2", "on the HTTP/2 idle timeout" },
+                    { "peer", "in answer to the peer's close_notify" },
+                } do
+                    it("sends close_notify " .. case[2], function()
+                        local ended, text = finish(client(srv, case[1]))
+                        assert.are.equal("end close_notify", ended, text)
+                        if case[1] == "idle" or case[1] == "peer" then
+                            assert.truthy(text:find("response ok", 1, true), text)
+                        elseif case[1] == "body" then
+                            assert.truthy(text:find("got 408", 1, true), text)
+                        end
+                    end)
+                end
+
+                it("sends close_notify on a graceful stop, over HTTP/1.1 and h2", function()
+                    local s2 = server.start { app = APP, tls = true,
+                        args = { "--tls-own-records", own } } -- keep-alive: 60 s
+                    local h1 = client(s2, "idle")
+                    local h2 = client(s2, "h2")
+                    local ready = wait_line(h1, "ready", 20) and wait_line(h2, "ready", 20)
+                    s2:stop() -- SIGTERM: a graceful stop
+                    local e1, t1 = finish(h1)
+                    local e2, t2 = finish(h2)
+                    assert.truthy(ready, t1 .. t2)
+                    assert.truthy(t1:find("response ok", 1, true), t1)
+                    assert.are.equal("end close_notify", e1, t1)
+                    assert.are.equal("end close_notify", e2, t2)
+                end)
+            end)
+        end
     end)
 
     describe("--tls12", function()

@@ -8,14 +8,17 @@
  *                         padding) with (L1 | L2 << 8) % 16700 bytes of content taken cyclically
  *                         from the input;
  *          0xFE R       : a real KeyUpdate from the peer (request_update = R & 1), keys switched;
+ *          0xFD R S     : the same KeyUpdate split across two handshake records after its
+ *                         (S % 4 + 1)th byte (RFC 8446 §5.1), then keys switched;
  *          0xFF L ...   : L raw bytes put on the wire unprotected.
  * Out:   a trap on a broken property:
  *        - the verdict is 0, 1 or KH_EPROTO, and nothing is accepted after a non-zero verdict;
  *        - the plaintext delivered starts with the application data of the records before the
  *          first record that is not plain application data, and is itself a prefix of all the
  *          application data sealed (nothing but application data ever reaches `plain`);
- *        - with only application data and KeyUpdates on the wire (at most 32 in a row), the
- *          verdict is 0 and every byte is delivered;
+ *        - with only application data (inner plaintext at most 2^14 + 1 bytes, padding included;
+ *          at most 32 empty records in a row) and KeyUpdates, whole or split (at most 32 in a
+ *          row), on the wire, the verdict is 0 and every byte is delivered;
  *        - whatever the reader sends back (KeyUpdate answers, alerts) opens with the peer's keys.
  * Never: keeps state between inputs (the algorithm table is fetched once). */
 #include <stdint.h>
@@ -55,6 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t first_app_len = 0; /* application data before the first record that is not */
     int clean = 1;            /* only application data and KeyUpdates so far */
     int key_updates = 0;      /* in a row: more than 32 is a flood the reader refuses */
+    int empty = 0;            /* empty application-data records in a row: likewise */
     char *content = malloc(16700);
     size_t i = 2, k = 0;
     while (i < size) {
@@ -64,6 +68,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             kh_tls13_send_key_update(&peer, req, &wire, &bufs);
             if (++key_updates > 32)
                 clean = 0;
+            empty = 0;
+            continue;
+        }
+        if (t == 0xFD) {
+            int req = i < size ? data[i++] & 1 : 0;
+            size_t at = (i < size ? data[i++] : 0) % 4 + 1;
+            const char msg[5] = {24, 0, 0, 1, (char)req};
+            kh_buf scratch = {0};
+            kh_tls13_seal(&peer, 22, msg, at, &wire, &bufs);
+            kh_tls13_seal(&peer, 22, msg + at, 5 - at, &wire, &bufs);
+            kh_tls13_send_key_update(&peer, 0, &scratch, &bufs); /* only to switch the key */
+            kh_buf_release(&scratch, &bufs);
+            if (++key_updates > 32)
+                clean = 0;
+            empty = 0;
             continue;
         }
         if (t == 0xFF) {
@@ -84,10 +103,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const uint8_t *u = (const uint8_t *)content;
         while (n > 0 && (n == len + 1 ? t : u[n - 1]) == 0)
             n--;
-        int is_app = n > 0 && (n == len + 1 ? t : u[n - 1]) == 23 && n - 1 <= 16384;
+        int is_app = n > 0 && (n == len + 1 ? t : u[n - 1]) == 23 && len + 1 <= 16385;
         if (is_app) {
             if (n - 1 > 0)
-                key_updates = 0;
+                key_updates = empty = 0;
+            else if (++empty > 32)
+                clean = 0;
             kh_buf_append(&all_app, &bufs, content, n - 1);
             if (clean)
                 first_app_len = all_app.len;

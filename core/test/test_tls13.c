@@ -2,7 +2,9 @@
  * server and client shake hands over a BIO pair; then the server side is handed to kh_tls13 (as
  * kh_tls does) and the OpenSSL client must read what we write and we what it writes: every
  * suite, record sizes around 16 KiB, input cut at every byte, KeyUpdate both ways, our own
- * rekeying, close_notify, and the alerts for tampered, oversized and unexpected records. */
+ * rekeying, close_notify, and the alerts for tampered, oversized and unexpected records; then
+ * RFC 8446's size limits (padding included), KeyUpdates split across records, and the caps on
+ * empty records and warning alerts. */
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -302,6 +304,7 @@ static void test_refusal(const char *name, int how, uint8_t alert)
     case 3: w[3] = 0x41; w[4] = 0x01; break;       /* 16641 > 2^14 + 256 */
     case 4: w[3] = 0; w[4] = 16; break;            /* too short for a tag and a type */
     case 5: w[0] = 21; break;                      /* a plaintext alert */
+    case 6: w[3] = 0x40; w[4] = 0x12; break;       /* 16402: inner plaintext 2^14 + 2 */
     }
     int r = kh_tls13_read(&p.rec, wire.base, wire.len, &p.plain, &p.cipher, &bufs);
     kh_is_int(r, KH_EPROTO, "%s: refused", name);
@@ -345,8 +348,10 @@ static void test_inner(void)
         {"empty handshake", "\x16", 1, KH_EPROTO, KH_TLS_ALERT_UNEXPECTED_MESSAGE, NULL},
         {"NewSessionTicket from a client", "\x04\0\0\x01\0\x16", 6, KH_EPROTO,
          KH_TLS_ALERT_UNEXPECTED_MESSAGE, NULL},
-        {"a handshake message cut short", "\x18\0\0\x01\x16", 5, KH_EPROTO,
-         KH_TLS_ALERT_UNEXPECTED_MESSAGE, NULL},
+        {"a KeyUpdate's first four bytes: the rest may follow (§5.1)", "\x18\0\0\x01\x16", 5,
+         0, -1, ""},
+        {"KeyUpdate with a 3-byte length of 65537", "\x18\x01\0\x01\0\x16", 6, KH_EPROTO,
+         KH_TLS_ALERT_DECODE_ERROR, NULL},
         {"KeyUpdate with request 2", "\x18\0\0\x01\x02\x16", 6, KH_EPROTO,
          KH_TLS_ALERT_ILLEGAL_PARAMETER, NULL},
         {"KeyUpdate of length 2", "\x18\0\0\x02\0\0\x16", 7, KH_EPROTO,
@@ -354,7 +359,13 @@ static void test_inner(void)
         {"KeyUpdate not last in its record", "\x18\0\0\x01\0\x18\x16", 7, KH_EPROTO,
          KH_TLS_ALERT_UNEXPECTED_MESSAGE, NULL},
         {"a 3-byte alert", "\x02\x28\0\x15", 4, KH_EPROTO, KH_TLS_ALERT_DECODE_ERROR, NULL},
+        {"a 1-byte alert", "\x01\x15", 2, KH_EPROTO, KH_TLS_ALERT_DECODE_ERROR, NULL},
+        {"an empty alert (§5.4)", "\x15\0\0", 3, KH_EPROTO, KH_TLS_ALERT_UNEXPECTED_MESSAGE, NULL},
         {"user_canceled is a warning", "\x01\x5a\x15", 3, 0, KH_TLS_ALERT_USER_CANCELED, ""},
+        {"user_canceled sent as fatal is still a warning (§6: the level is implied)",
+         "\x02\x5a\x15", 3, 0, KH_TLS_ALERT_USER_CANCELED, ""},
+        {"handshake_failure sent as a warning is still fatal", "\x01\x28\x15", 3, KH_EPROTO, 40,
+         NULL},
         {"the peer's fatal alert", "\x02\x28\x15", 3, KH_EPROTO, 40, NULL},
         {"the peer's close_notify", "\x01\x00\x15", 3, 1, KH_TLS_ALERT_CLOSE_NOTIFY, ""},
     };
@@ -386,6 +397,182 @@ static void test_inner(void)
     pair_close(&p);
 }
 
+/* Two mirrored ends for hand-made records: `peer` writes as the client, `me` reads as us. */
+typedef struct ends {
+    kh_tls13 peer, me;
+    kh_buf wire, plain, out;
+} ends;
+
+static void ends_open(ends *e, const pair *p)
+{
+    uint16_t id = SSL_CIPHER_get_protocol_id(SSL_get_current_cipher(p->client));
+    memset(e, 0, sizeof *e);
+    kh_tls13_init(&e->peer, algs, id, p->sec.s, p->sec.c, p->sec.len, 0);
+    kh_tls13_init(&e->me, algs, id, p->sec.c, p->sec.s, p->sec.len, 0);
+}
+
+/* Feeds everything the peer wrote since the last call. */
+static int ends_read(ends *e)
+{
+    int r = kh_tls13_read(&e->me, e->wire.base, e->wire.len, &e->plain, &e->out, &bufs);
+    e->wire.len = 0;
+    return r;
+}
+
+static void ends_close(ends *e)
+{
+    kh_buf_release(&e->wire, &bufs);
+    kh_buf_release(&e->plain, &bufs);
+    kh_buf_release(&e->out, &bufs);
+    kh_tls13_free(&e->peer, &bufs);
+    kh_tls13_free(&e->me, &bufs);
+}
+
+/* The peer sends KeyUpdate(req) cut after byte `at`, in two handshake records, then switches its
+ * write key as a real KeyUpdate would. */
+static void split_key_update(ends *e, int req, size_t at)
+{
+    const char msg[5] = {24, 0, 0, 1, (char)req};
+    kh_buf scratch = {0};
+    kh_tls13_seal(&e->peer, 22, msg, at, &e->wire, &bufs);
+    kh_tls13_seal(&e->peer, 22, msg + at, 5 - at, &e->wire, &bufs);
+    kh_tls13_send_key_update(&e->peer, 0, &scratch, &bufs); /* only to switch the key */
+    kh_buf_release(&scratch, &bufs);
+}
+
+/* RFC 8446 §5.1, §5.2, §5.4 limits, and the caps on records that carry no progress. */
+static void test_limits(void)
+{
+    static char big[16386];
+    pair p;
+    ends e;
+    kh_subtest("limits");
+    if (pair_open(&p, "TLS_AES_128_GCM_SHA256") != 0) {
+        kh_ok(0, "handshake");
+        return;
+    }
+    fill(big, sizeof big, 3);
+
+    /* the inner plaintext (content, type, padding) may be 2^14 + 1 bytes, not one more */
+    ends_open(&e, &p);
+    kh_tls13_seal(&e.peer, 23, big, 16384, &e.wire, &bufs);
+    kh_is_int(ends_read(&e), 0, "2^14 bytes of content and the type: accepted");
+    kh_ok(e.plain.len == 16384 && memcmp(e.plain.base, big, 16384) == 0, "... all delivered");
+    big[16384] = 23; /* content || type, and seal's type 0 is one byte of padding */
+    kh_tls13_seal(&e.peer, 0, big, 16385, &e.wire, &bufs);
+    kh_is_int(ends_read(&e), KH_EPROTO, "2^14 bytes of content, the type and one byte of padding");
+    kh_is_int(e.me.alert, KH_TLS_ALERT_RECORD_OVERFLOW, "... refused with record_overflow");
+    kh_is_int(e.plain.len, 16384, "... and nothing of it delivered");
+    ends_close(&e);
+    /* a short content with long padding: refused by its length, padding included */
+    ends_open(&e, &p);
+    memset(big, 0, sizeof big);
+    memcpy(big, "short", 5);
+    big[5] = 23;
+    kh_tls13_seal(&e.peer, 0, big, 16384, &e.wire, &bufs); /* 16385 in all */
+    kh_is_int(ends_read(&e), 0, "5 bytes padded to 2^14 + 1 in all: accepted");
+    kh_is_str(e.plain.base, e.plain.len, "short", "... padding stripped");
+    kh_tls13_seal(&e.peer, 0, big, 16385, &e.wire, &bufs); /* 16386 in all */
+    kh_is_int(ends_read(&e), KH_EPROTO, "5 bytes padded to 2^14 + 2 in all: refused");
+    kh_is_int(e.me.alert, KH_TLS_ALERT_RECORD_OVERFLOW, "... with record_overflow");
+    ends_close(&e);
+
+    /* a KeyUpdate split across records, at every byte, with request_update 0 and 1 */
+    for (int req = 0; req < 2; req++) {
+        for (size_t at = 1; at < 5; at++) {
+            ends_open(&e, &p);
+            split_key_update(&e, req, at);
+            kh_tls13_write(&e.peer, "after", 5, &e.wire, &bufs);
+            int r = ends_read(&e);
+            kh_ok(r == 0 && e.plain.len == 5 && memcmp(e.plain.base, "after", 5) == 0,
+                  "KeyUpdate(%d) split after byte %zu: accepted, data under the next key", req, at);
+            kh_ok(req ? e.out.len > 0 : e.out.len == 0, "... %s", req ? "answered" : "no answer");
+            ends_close(&e);
+        }
+    }
+    /* one byte per record, each record fed in its own read */
+    ends_open(&e, &p);
+    {
+        const char msg[5] = {24, 0, 0, 1, 0};
+        kh_buf scratch = {0};
+        int r = 0;
+        for (int i = 0; i < 5 && r == 0; i++) {
+            kh_tls13_seal(&e.peer, 22, msg + i, 1, &e.wire, &bufs);
+            r = ends_read(&e);
+        }
+        kh_tls13_send_key_update(&e.peer, 0, &scratch, &bufs);
+        kh_buf_release(&scratch, &bufs);
+        kh_tls13_write(&e.peer, "x", 1, &e.wire, &bufs);
+        kh_ok(r == 0 && ends_read(&e) == 0 && e.plain.len == 1,
+              "KeyUpdate in five one-byte records over five reads: accepted");
+    }
+    ends_close(&e);
+    /* nothing may come between the pieces (§5.1), nor follow the KeyUpdate in its record */
+    static const struct {
+        const char *name;
+        uint8_t type;
+        const char *rest;
+        size_t len;
+        uint8_t alert;
+    } between[] = {
+        {"application data between the pieces", 23, "x", 1, KH_TLS_ALERT_UNEXPECTED_MESSAGE},
+        {"an empty record between the pieces", 23, "", 0, KH_TLS_ALERT_UNEXPECTED_MESSAGE},
+        {"close_notify between the pieces", 21, "\x01\x00", 2, KH_TLS_ALERT_UNEXPECTED_MESSAGE},
+        {"a wrong length in the second piece", 22, "\x00\x02\x00", 3, KH_TLS_ALERT_DECODE_ERROR},
+        {"a second message after the KeyUpdate's last byte", 22, "\x00\x01\x00\x18", 4,
+         KH_TLS_ALERT_UNEXPECTED_MESSAGE},
+    };
+    for (size_t i = 0; i < KH_ARRAY_LEN(between); i++) {
+        ends_open(&e, &p);
+        kh_tls13_seal(&e.peer, 22, "\x18\x00", 2, &e.wire, &bufs);
+        kh_tls13_seal(&e.peer, between[i].type, between[i].rest, between[i].len, &e.wire, &bufs);
+        kh_is_int(ends_read(&e), KH_EPROTO, "%s: refused", between[i].name);
+        kh_is_int(e.me.alert, between[i].alert, "%s: alert %u", between[i].name, between[i].alert);
+        ends_close(&e);
+    }
+
+    /* empty application-data records: 32 in a row pass, data resets the count, the 33rd in a
+     * row is refused (OpenSSL's MAX_EMPTY_RECORDS) */
+    ends_open(&e, &p);
+    for (int i = 0; i < 32; i++)
+        kh_tls13_seal(&e.peer, 23, "", 0, &e.wire, &bufs);
+    kh_tls13_write(&e.peer, "x", 1, &e.wire, &bufs);
+    for (int i = 0; i < 32; i++)
+        kh_tls13_seal(&e.peer, 23, "", 0, &e.wire, &bufs);
+    kh_is_int(ends_read(&e), 0, "32 empty records, data, 32 more: accepted");
+    kh_is_str(e.plain.base, e.plain.len, "x", "... the data delivered");
+    kh_tls13_seal(&e.peer, 23, "", 0, &e.wire, &bufs);
+    kh_is_int(ends_read(&e), KH_EPROTO, "the 33rd empty record in a row is refused");
+    kh_is_int(e.me.alert, KH_TLS_ALERT_UNEXPECTED_MESSAGE, "... with unexpected_message");
+    ends_close(&e);
+
+    /* user_canceled, the one warning alert: 4 in a row pass, data resets the count, the 5th in
+     * a row is refused (OpenSSL's MAX_WARN_ALERT_COUNT); empty records do not reset it */
+    ends_open(&e, &p);
+    for (int i = 0; i < 4; i++)
+        kh_tls13_seal(&e.peer, 21, "\x01\x5a", 2, &e.wire, &bufs);
+    kh_tls13_write(&e.peer, "y", 1, &e.wire, &bufs);
+    for (int i = 0; i < 4; i++) {
+        kh_tls13_seal(&e.peer, 21, "\x01\x5a", 2, &e.wire, &bufs);
+        kh_tls13_seal(&e.peer, 23, "", 0, &e.wire, &bufs);
+    }
+    kh_is_int(ends_read(&e), 0, "4 user_canceled, data, 4 more (between empty records): accepted");
+    kh_is_str(e.plain.base, e.plain.len, "y", "... the data delivered");
+    kh_is_int(e.out.len, 0, "... and nothing sent back");
+    kh_tls13_seal(&e.peer, 21, "\x01\x5a", 2, &e.wire, &bufs);
+    kh_is_int(ends_read(&e), KH_EPROTO, "the 5th user_canceled in a row is refused");
+    kh_is_int(e.me.alert, KH_TLS_ALERT_UNEXPECTED_MESSAGE, "... with unexpected_message");
+    kh_ok(e.me.alert_sent && e.out.len > 0, "... which is sent");
+    ends_close(&e);
+    /* user_canceled then close_notify: the orderly end §6.1 describes */
+    ends_open(&e, &p);
+    kh_tls13_seal(&e.peer, 21, "\x01\x5a", 2, &e.wire, &bufs);
+    kh_tls13_send_alert(&e.peer, KH_TLS_ALERT_CLOSE_NOTIFY, &e.wire, &bufs);
+    kh_is_int(ends_read(&e), 1, "user_canceled then close_notify: the end of input");
+    ends_close(&e);
+    pair_close(&p);
+}
+
 int main(void)
 {
     kh_bufcache_init(&bufs, 8);
@@ -403,7 +590,9 @@ int main(void)
     test_refusal("record longer than 2^14+256", 3, KH_TLS_ALERT_RECORD_OVERFLOW);
     test_refusal("record too short for its tag", 4, KH_TLS_ALERT_BAD_RECORD_MAC);
     test_refusal("plaintext alert", 5, KH_TLS_ALERT_UNEXPECTED_MESSAGE);
+    test_refusal("ciphertext of 2^14 + 18 (inner over 2^14 + 1)", 6, KH_TLS_ALERT_RECORD_OVERFLOW);
     test_inner();
+    test_limits();
     kh_tls13_algs_free(algs);
     kh_bufcache_destroy(&bufs);
     return kh_test_done();

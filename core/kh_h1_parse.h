@@ -110,7 +110,9 @@ typedef struct kh_h1_head {
  * depends on how the bytes were split nor on prev_len (given honestly).
  * On success every non-empty kh_str in *out points into buf (absolute-form without a path: path
  * is the second '/' of "://"); empty ones may have a NULL ptr. The head, leading empty lines
- * included, is at most header_bytes long. */
+ * included, is at most header_bytes long. On a KH_H1_E* code, out->method is the request line's
+ * method when the line got that far (a tchar run followed by SP), else left as the caller set it
+ * (so a caller can answer a HEAD request's error without content). */
 ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_head *out,
                             const kh_h1_limits *lim);
 

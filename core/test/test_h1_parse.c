@@ -1074,6 +1074,47 @@ static void test_h2_settings(void)
     kh_is_int(h2s_one(0x1234, 0xffffffffu), 6, "an unknown id with any value");
 }
 
+/* kh_h1_parse.h: on an error, out->method is the request line's method once the line got past
+ * it (kh_h1 answers a HEAD request's error without content), else what the caller left there. */
+static void test_method_on_error(void)
+{
+    static const struct {
+        const char *in;
+        ssize_t want;
+        const char *method; /* NULL: left as the caller set it */
+    } mc[] = {
+        {"HEAD / " H11 HA "Expect: x\r\n\r\n", KH_H1_EEXPECT, "HEAD"},
+        {"HEAD / " H11 HA "X: a\1b\r\n\r\n", KH_H1_EFIELDVALUE, "HEAD"},
+        {"HEAD / HTTP/2.0\r\n" HA "\r\n", KH_H1_EVERSION, "HEAD"},
+        {"HEAD /a b " H11 HA "\r\n", KH_H1_EBADVERSION, "HEAD"},
+        {"HEAD / " H11 "X: y\r\n\r\n", KH_H1_ENOHOST, "HEAD"},
+        {"\r\nHEAD / " H11 HA "Transfer-Encoding: gzip, chunked\r\n\r\n", KH_H1_ETE, "HEAD"},
+        {"HE(D / " H11 HA "\r\n", KH_H1_EMETHOD, NULL},
+        {" HEAD / " H11 HA "\r\n", KH_H1_EMETHOD, NULL},
+        {"HEAD\r\n\r\n", KH_H1_EBADREQ, NULL},
+        {"\n", KH_H1_EBARELF, NULL},
+    };
+    kh_subtest("method on error");
+    for (size_t i = 0; i < KH_ARRAY_LEN(mc); i++) {
+        kh_h1_field f[MAXF];
+        kh_h1_head h;
+        memset(&h, 0, sizeof h);
+        h.fields = f;
+        size_t n = strlen(mc[i].in);
+        ssize_t r = kh_h1_parse_request(mc[i].in, n, 0, &h, &lim_def);
+        int ok = r == mc[i].want;
+        if (mc[i].method)
+            ok = ok && h.method.len == strlen(mc[i].method) && h.method.ptr >= mc[i].in &&
+                 h.method.ptr + h.method.len <= mc[i].in + n &&
+                 memcmp(h.method.ptr, mc[i].method, h.method.len) == 0;
+        else
+            ok = ok && h.method.len == 0 && h.method.ptr == NULL;
+        if (!ok)
+            printf("#   case %zu: r %zd, method len %zu\n", i, r, h.method.len);
+        kh_ok(ok, "an error leaves the method it got to");
+    }
+}
+
 int main(void)
 {
     size_t nvalid = 0, nerr = 0;
@@ -1091,5 +1132,6 @@ int main(void)
     test_chunked_extras();
     test_h2_settings();
     test_error_table();
+    test_method_on_error();
     return kh_test_done();
 }

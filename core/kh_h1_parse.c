@@ -1,5 +1,6 @@
 /* kh_h1_parse.c: strict RFC 9112 / RFC 9110 request-head parser, in-place chunked decoder (the
- * sum of the chunk sizes bounded by body_bytes), and the HTTP2-Settings check of an h2c Upgrade.
+ * sum of the chunk sizes bounded by body_bytes), the HTTP2-Settings check of an h2c Upgrade,
+ * and the Host/authority check (exported for other protocols' authority fields).
  * Owns:  nothing but two const tables (byte classes, error statuses); no state between calls
  *        except what the caller keeps in a kh_h1_chunked.
  * In:    the bytes received so far for one request head (prev_len says how many were already seen
@@ -1023,6 +1024,11 @@ ssize_t kh_h1_h2_settings(kh_str value, uint8_t *out)
         }
     }
     return (ssize_t)n;
+}
+
+int kh_h1_host_ok(kh_str value)
+{
+    return value.len != 0 && host_ok(value.ptr, value.len, 0);
 }
 
 /* ---- error table ---- */

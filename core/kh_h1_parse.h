@@ -150,4 +150,11 @@ ssize_t kh_h1_chunked_decode(kh_h1_chunked *d, char *buf, size_t len, size_t *ou
 #define KH_H1_H2_SETTINGS_MAX 32 /* nghttp2's default cap on the entries of one SETTINGS frame */
 ssize_t kh_h1_h2_settings(kh_str value, uint8_t *out);
 
+/* The check HTTP/1.1 applies to a Host value and to an absolute-form target's authority
+ * (RFC 3986 §3.2.2 host [":" port], no userinfo: RFC 9110 §4.2.4): reg-name characters with
+ * well-formed %XX, or a bracketed IPv6 literal; an optional port of digits up to 65535. 1 if the
+ * value passes, else 0 (an empty value fails). For other protocols' authority fields (h2
+ * :authority, RFC 9113 §8.3.1), so that every protocol refuses the same values. */
+int kh_h1_host_ok(kh_str value);
+
 #endif

@@ -1115,6 +1115,27 @@ static void test_method_on_error(void)
     }
 }
 
+static void test_host_ok(void)
+{
+    static const struct {
+        const char *v;
+        int ok;
+    } hc[] = {
+        {"x", 1},        {"x:80", 1},      {"x:", 1},          {"[::1]", 1},     {"[::1]:443", 1},
+        {"%41.b", 1},    {"a-b.c_d~e", 1}, {"x:65535", 1},     {"", 0},          {"u@x", 0},
+        {"x:99999", 0},  {"x:65536", 0},   {"x:80:80", 0},     {"[::1", 0},      {"x/admin", 0},
+        {"x y", 0},      {":80", 0},       {"x:ab", 0},        {"[fe80::1%25eth0]", 0},
+        {"x%zz", 0},     {"x\\y", 0},
+    };
+    kh_subtest("host_ok");
+    for (size_t i = 0; i < KH_ARRAY_LEN(hc); i++) {
+        int r = kh_h1_host_ok((kh_str){hc[i].v, strlen(hc[i].v)});
+        if (r != hc[i].ok)
+            printf("#   '%s': %d\n", hc[i].v, r);
+        kh_ok(r == hc[i].ok, "kh_h1_host_ok on a Host/authority value");
+    }
+}
+
 int main(void)
 {
     size_t nvalid = 0, nerr = 0;
@@ -1133,5 +1154,6 @@ int main(void)
     test_h2_settings();
     test_error_table();
     test_method_on_error();
+    test_host_ok();
     return kh_test_done();
 }

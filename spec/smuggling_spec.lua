@@ -12,6 +12,7 @@
 --   dots, overlong UTF-8), direct and through nginx with and without a URI part in proxy_pass:
 --   never the /admin route through nginx's `location /admin/ { return 403; }`.
 -- * HEAD: no answer to a HEAD request carries content, the engine's own error replies included.
+-- * a bad request line is answered at its CRLF (HTTP/0.9 clients send no blank line).
 -- Peer garbage must never produce an [error] log line: srv:stop() fails the block if it does.
 local server = require "helpers.server"
 local nginx = require "helpers.nginx"
@@ -163,6 +164,37 @@ describe("request smuggling", function()
     it("logged no [error] line for any of that", function()
         assert.are.same({}, srv:unexpected_errors())
     end)
+end)
+
+describe("a bad request line", function()
+    -- answered at its CRLF, not held until a blank line (an HTTP/0.9 client never sends one) or
+    -- the header timeout (set long here, so a 408 cannot pass for the answer)
+    local srv
+    setup(function()
+        srv = server.start { app = APP, tls = false, args = { "--limit", "header_timeout_ms=120000" } }
+    end)
+    teardown(function()
+        if srv then srv:stop() end
+    end)
+    local cases = {
+        { "an HTTP/0.9 request line", "GET /p\r\n", 400 },
+        { "a version with a trailing space", "GET /p HTTP/1.1 \r\n", 400 },
+        { "HTTP/1.10", "GET /p HTTP/1.10\r\n", 400 },
+        { "HTTP/2.0", "GET /p HTTP/2.0\r\n", 505 },
+        { "a CTL in the target, a field line after", "GET /\1 HTTP/1.1\r\nHost: x\r\n", 400 },
+        { "two spaces after the method", "GET  /p HTTP/1.1\r\n", 400 },
+    }
+    for _, cs in ipairs(cases) do
+        it("is answered at once: " .. cs[1], function()
+            local c = assert(srv:raw_conn())
+            c:send(cs[2])
+            local r, err = c:read_response({ timeout = 30 })
+            assert.truthy(r, tostring(err))
+            assert.are.equal(cs[3], r.status)
+            assert.is_true(c:wait_closed(10))
+            c:close()
+        end)
+    end
 end)
 
 describe("behind nginx", function()

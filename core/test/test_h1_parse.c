@@ -419,7 +419,20 @@ static const pcase pcases[] = {
     {.name = "no blank line yet", .in = "GET / " H11 HA, .want = KH_EAGAIN},
     {.name = "method only", .in = "GET", .want = KH_EAGAIN},
     {.name = "only empty lines", .in = "\r\n\r\n\r", .want = KH_EAGAIN},
-    {.name = "bad line waits for an event", .in = "GET /\x01 " H11 HA, .want = KH_EAGAIN},
+    {.name = "bad field line waits for an event", .in = "GET / " H11 "X: \x01\r\n" HA, .want = KH_EAGAIN},
+    {.name = "bad request line without its CRLF waits", .in = "GET /\x01 " H11, .len = 16,
+     .want = KH_EAGAIN},
+
+    /* ---- a bad request line is an event at its CRLF ---- */
+    {.name = "rl event: bad target, no blank line", .in = "GET /\x01 " H11 HA, .want = KH_H1_ETARGET},
+    {.name = "rl event: HTTP/0.9 line alone", .in = "GET /\r\n", .want = KH_H1_EBADREQ},
+    {.name = "rl event: version with a trailing SP", .in = "GET / HTTP/1.1 \r\n", .want = KH_H1_EBADVERSION},
+    {.name = "rl event: HTTP/2.0", .in = "GET / HTTP/2.0\r\n", .want = KH_H1_EVERSION},
+    {.name = "rl event: bad method", .in = "G(T / " H11, .want = KH_H1_EMETHOD},
+    {.name = "rl event: bare CR in the line", .in = "GET /\rx " H11, .want = KH_H1_EBARECR},
+    {.name = "rl event: after leading CRLFs", .in = "\r\n\r\nGET /a b " H11, .want = KH_H1_EBADVERSION},
+    {.name = "rl event: target over target_bytes within the room", .in = "GET /" D30 D10 " " H11,
+     .lim = &lim_small, .want = KH_H1_ETARGETLEN},
 
     /* ---- request line errors ---- */
     {.name = "bad method char", .in = "G(T / " H11 HA "\r\n", .want = KH_H1_EMETHOD},

@@ -105,8 +105,9 @@ typedef struct kh_h1_head {
  * the head is incomplete and no error is visible yet; or a KH_H1_E* code. For any input, every
  * proper prefix returns KH_EAGAIN or the same error code as the whole input.
  * A malformed line is reported once the result can no longer change: a request line at its CRLF;
- * a header line at the blank line that ends the head, at a bare LF, or once a limit is passed (header_bytes -> 431; a request line longer
- * than target_bytes + 64 -> 414 before its CRLF arrives); until then KH_EAGAIN. The result never
+ * a header line at the blank line that ends the head, at a bare LF, or once a limit is passed
+ * (header_bytes -> 431; a request line longer than target_bytes + 64 -> 414 before its CRLF
+ * arrives); until then KH_EAGAIN. The result never
  * depends on how the bytes were split nor on prev_len (given honestly).
  * On success every non-empty kh_str in *out points into buf (absolute-form without a path: path
  * is the second '/' of "://"); empty ones may have a NULL ptr. The head, leading empty lines

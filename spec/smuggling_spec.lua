@@ -201,22 +201,22 @@ describe("behind nginx", function()
     local srv, ngx
     setup(function()
         srv = server.start { app = APP, tls = false }
-        -- port: raw URI to a keep-alive pool; port + 1: proxy_pass with a URI part (nginx sends
-        -- its own normal form, re-encoded)
-        ngx = nginx.start(function(port)
+        -- ports[1]: raw URI to a keep-alive pool; ports[2]: proxy_pass with a URI part (nginx
+        -- sends its own normal form, re-encoded)
+        ngx = nginx.start(function(ports)
             local k = "127.0.0.1:" .. srv.port
             return table.concat({
                 "  upstream kh { server " .. k .. "; keepalive 4; }",
-                "  server { listen 127.0.0.1:" .. port .. ";",
+                "  server { listen 127.0.0.1:" .. ports[1] .. ";",
                 "    location /admin/ { return 403; }",
                 "    location / { proxy_pass http://kh; proxy_http_version 1.1;",
                 "                 proxy_set_header Connection \"\"; } }",
-                "  server { listen 127.0.0.1:" .. (port + 1) .. ";",
+                "  server { listen 127.0.0.1:" .. ports[2] .. ";",
                 "    location /admin/ { return 403; }",
                 "    location / { proxy_pass http://kh/; proxy_http_version 1.1;",
                 "                 proxy_set_header Connection \"\"; } }",
             }, "\n")
-        end)
+        end, 2)
     end)
     teardown(function()
         nginx.stop(ngx)
@@ -257,7 +257,7 @@ describe("behind nginx", function()
             "/public/x%23/../../admin/x", "/public/x;/../../admin/x", "/admin/x/..", "/public/x/../../admin/x",
             "/public/%2e%2e/%2e%2e/admin/x", "//admin/x", "/public/..//admin/x",
         }
-        for _, port in ipairs({ ngx.port, ngx.port + 1 }) do
+        for _, port in ipairs(ngx.ports) do
             for _, t in ipairs(payloads) do
                 local data = send(port, "GET " .. t .. " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 local r = server.parse_responses(data)[1]

@@ -1,8 +1,8 @@
 -- spec/helpers/nginx.lua: run Debian's nginx (/usr/sbin/nginx, .ci/deps.sh) for a spec.
 -- Owns:  one temporary prefix (/tmp/kspec-nginx.XXXXXX) per start, the nginx process it started.
--- In:    a function port -> list of `server { ... }` blocks (the caller's proxy/origin setup).
--- Out:   {dir, pid, port}: nginx listening on 127.0.0.1:port (and port + k if the blocks use
---        them: the caller picks; the helper probes `port` only).
+-- In:    a function (ports, dir) -> the http block's `upstream`/`server` text, and how many
+--        ports it listens on (each picked free here).
+-- Out:   {dir, pid, port, ports}: nginx up, every one of its ports accepting (port = ports[1]).
 -- Never: talks to anything but loopback, kills a process it did not start, leaves the prefix.
 -- The same start/stop steps as spec/nginx_front_spec.lua: daemon off, so $! is the master.
 local server = require "helpers.server"
@@ -30,13 +30,15 @@ local function alive(pid)
     return r == 0 or r == true
 end
 
--- servers(port, dir) returns the text of the http block's servers (and upstreams).
-function M.start(servers)
+-- servers(ports, dir) returns the text of the http block's servers (and upstreams).
+function M.start(servers, nports)
+    nports = nports or 1
     local dir = capture("mktemp -d /tmp/kspec-nginx.XXXXXX"):gsub("%s+$", "")
     assert(dir:match("^/tmp/kspec%-nginx%.%w+$"), "mktemp failed")
     local ngx = { dir = dir }
     for attempt = 1, 5 do
-        local port = free_port()
+        local ports = {}
+        for i = 1, nports do ports[i] = free_port() end
         local conf = table.concat({
             "worker_processes 1;",
             "events { worker_connections 256; }",
@@ -47,7 +49,7 @@ function M.start(servers)
             "  fastcgi_temp_path " .. dir .. "/fastcgi;",
             "  uwsgi_temp_path " .. dir .. "/uwsgi;",
             "  scgi_temp_path " .. dir .. "/scgi;",
-            servers(port, dir),
+            servers(ports, dir),
             "}",
         }, "\n")
         server.write_file(dir .. "/nginx.conf", conf)
@@ -55,14 +57,19 @@ function M.start(servers)
             server.sh_quote(dir), M.BIN, server.sh_quote(dir .. "/"), server.sh_quote(dir .. "/nginx.conf"),
             server.sh_quote("daemon off; pid " .. dir .. "/nginx.pid; error_log stderr;"))
         ngx.pid = tonumber(capture(cmd):match("%d+"))
-        ngx.port = port
+        ngx.port, ngx.ports = ports[1], ports
+        -- every port: nginx binds them in turn and exits if one is taken (after retries), so
+        -- the first one accepting says nothing about the others
         local up = server.wait_until(10, function()
             if not alive(ngx.pid) then return "dead" end
-            local c = socket.tcp()
-            c:settimeout(0.2)
-            local ok = c:connect("127.0.0.1", port)
-            c:close()
-            return ok and "up" or nil
+            for _, port in ipairs(ports) do
+                local c = socket.tcp()
+                c:settimeout(0.2)
+                local ok = c:connect("127.0.0.1", port)
+                c:close()
+                if not ok then return nil end
+            end
+            return "up"
         end, 0.05)
         if up == "up" then return ngx end
         if alive(ngx.pid) then os.execute("kill -KILL " .. ngx.pid .. " 2>/dev/null") end

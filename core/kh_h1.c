@@ -73,8 +73,10 @@ void kh_h1_start(kh_conn *c)
     kh_conn_set_timeout(c, KH_TO_HEADER);
 }
 
-/* A reply without a stream (the head could not be parsed): always closes the connection. */
-static void reply_error(kh_conn *c, int status, const char *reason)
+/* A reply without a stream (the head could not be parsed): always closes the connection.
+ * head_method: the request line named HEAD (the parser got past the method): the reply has its
+ * header fields but no content (RFC 9110 §9.3.2), as every answer to a HEAD request. */
+static void reply_error(kh_conn *c, int status, const char *reason, int head_method)
 {
     char buf[512];
     char body[256];
@@ -83,11 +85,18 @@ static void reply_error(kh_conn *c, int status, const char *reason)
                      "HTTP/1.1 %d %s\r\nServer: khamsin\r\nDate: %s\r\n"
                      "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
                      "Connection: close\r\n\r\n%s",
-                     status, kh_status_reason(status), kh_worker_date(c->w), blen, body);
+                     status, kh_status_reason(status), kh_worker_date(c->w), blen,
+                     head_method ? "" : body);
     kh_conn_write(c, buf, (size_t)n);
     H(c)->phase = PH_CLOSED;
     kh_conn_set_timeout(c, KH_TO_NONE);
     kh_conn_close_after_write(c);
+}
+
+/* The method slice is set once the parser got past it, even when it returns an error. */
+static int is_head(kh_str m)
+{
+    return m.len == 4 && memcmp(m.ptr, "HEAD", 4) == 0;
 }
 
 /* Output backpressure: a client that pipelines requests and reads no answers must not make us
@@ -267,7 +276,7 @@ static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
     int up = h2c_upgrade(c, head, fields, &h2c);
     if (up < 0) {
         KH_LOG_DEBUG("c%u bad request: %s", c->id, kh_h1_error_reason(up));
-        reply_error(c, kh_h1_error_status(up), kh_h1_error_reason(up));
+        reply_error(c, kh_h1_error_status(up), kh_h1_error_reason(up), is_head(head->method));
         return -1;
     }
     if (up == 0)
@@ -363,7 +372,7 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
                  * connection until the header timeout. */
                 unsigned char first = (unsigned char)p[off];
                 if ((first <= 0x20 || first >= 0x7f) && first != '\r') {
-                    reply_error(c, 400, "not an HTTP/1.x request");
+                    reply_error(c, 400, "not an HTTP/1.x request", 0);
                     return n;
                 }
                 h->prev_len = (uint32_t)(n - off);
@@ -373,7 +382,8 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
             }
             if (r < 0) {
                 KH_LOG_DEBUG("c%u bad request: %s", c->id, kh_h1_error_reason((int)r));
-                reply_error(c, kh_h1_error_status((int)r), kh_h1_error_reason((int)r));
+                reply_error(c, kh_h1_error_status((int)r), kh_h1_error_reason((int)r),
+                            is_head(head.method));
                 return n;
             }
             h->prev_len = 0;
@@ -459,7 +469,7 @@ static void h1_on_timeout(kh_conn *c, int kind)
     case KH_TO_HEADER:
         if (c->in.len || (c->flags & KH_CONN_F_HAS_INPUT)) {
             KH_LOG_DEBUG("c%u request head timed out", c->id);
-            reply_error(c, 408, "Request Timeout");
+            reply_error(c, 408, "Request Timeout", 0);
         } else {
             kh_conn_close(c);
         }

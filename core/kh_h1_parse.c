@@ -1,5 +1,6 @@
 /* kh_h1_parse.c: strict RFC 9112 / RFC 9110 request-head parser, in-place chunked decoder (the
- * sum of the chunk sizes bounded by body_bytes), and the HTTP2-Settings check of an h2c Upgrade.
+ * sum of the chunk sizes bounded by body_bytes), the HTTP2-Settings check of an h2c Upgrade,
+ * and the Host/authority check (exported for other protocols' authority fields).
  * Owns:  nothing but two const tables (byte classes, error statuses); no state between calls
  *        except what the caller keeps in a kh_h1_chunked.
  * In:    the bytes received so far for one request head (prev_len says how many were already seen
@@ -11,17 +12,21 @@
  * How a result is defined (so that it cannot depend on how the bytes were split):
  * the head is a sequence of lines cut at LF. Some lines carry an *event*: a line ending in a bare
  * LF, a line whose LF would lie at or past its bound (header_bytes for every line; for the request
- * line also target_bytes + KH_H1_REQLINE_ROOM), or the empty line that ends the head. Everything
+ * line also target_bytes + KH_H1_REQLINE_ROOM), the empty line that ends the head, or a request
+ * line (always the first line) that ends in CRLF and is not a valid request line. Everything
  * else wrong with a line (a bad byte, a bad Content-Length, ...) is a *content error*.
  *   - No event in the bytes so far: KH_EAGAIN, even if a content error is already visible.
  *   - Otherwise: the first content error in a line before the first event; else the event's own
  *     result (EBARELF, ETARGETLEN / EHEADLEN, or the checks of the complete head).
- * Events are found by memchr for LF alone, so a call with prev_len only looks at the new bytes,
- * and every event stays an event when more bytes arrive: each proper prefix of an input gives
- * KH_EAGAIN or the same result as the whole input, whatever prev_len (tests and the fuzzer check).
- * The cost of this rule: a bad line is reported only once the head ends or overflows (a slow peer
- * is cut by header_bytes and the header timeout), and the parse of a complete head is a single
- * pass, with the rescue scan (settle_*) run only on the error path. */
+ * Events are found by memchr for LF alone (and a full parse when the request line's LF is among
+ * the new bytes), so a call with prev_len only looks at the new bytes, and every event stays an
+ * event when more bytes arrive: each proper prefix of an input gives KH_EAGAIN or the same result
+ * as the whole input, whatever prev_len (tests and the fuzzer check).
+ * The cost of this rule: a bad header line is reported only once the head ends or overflows (a
+ * slow peer is cut by header_bytes and the header timeout), and the parse of a complete head is
+ * a single pass, with the rescue scan (settle_*) run only on the error path. A bad request line is
+ * answered as soon as its CRLF arrives: an HTTP/0.9 request ("GET /\r\n", no version) would
+ * otherwise wait for a blank line its client never sends. */
 #include "kh_h1_parse.h"
 
 #include <string.h>
@@ -169,6 +174,7 @@ typedef struct scan {
     size_t bound;  /* the current line's LF must lie below this index */
     size_t end;    /* min(len, bound): where the current line's scan stops */
     int bound_err; /* KH_H1_EHEADLEN, or KH_H1_ETARGETLEN on the request line */
+    int in_rl;     /* scanning the request line: its CRLF is an event for its content errors */
 } scan;
 
 static void set_bound(scan *s, size_t bound, int err)
@@ -189,6 +195,8 @@ static ssize_t incomplete(const scan *s)
  * event follows (bare LF, the empty line, or header_bytes reached); otherwise wait. */
 static ssize_t settle_rest(const scan *s, size_t q, int err)
 {
+    if (s->in_rl)
+        return err; /* the request line ended in CRLF just before q: that is the event */
     size_t end = KH_MIN(s->len, s->hb);
     while (q < end) {
         const char *lf = memchr(s->buf + q, '\n', end - q);
@@ -456,8 +464,8 @@ static ssize_t find_event(const scan *s, size_t rl, size_t b1, size_t prev_len)
         if (lf == NULL)
             return s->len >= b1 ? 0 : KH_EAGAIN;
         size_t e1 = (size_t)(lf - buf);
-        if (buf[e1 - 1] != '\r')
-            return 0;
+        if (buf[e1 - 1] != '\r' || e1 >= prev_len)
+            return 0; /* a bare LF, or the request line just ended: it may be an event */
         q = KH_MAX(q, e1 + 1);
     }
     size_t end = KH_MIN(s->len, s->hb);
@@ -476,7 +484,7 @@ static ssize_t find_event(const scan *s, size_t rl, size_t b1, size_t prev_len)
 ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_head *out,
                             const kh_h1_limits *lim)
 {
-    scan s = {.buf = buf, .len = len, .hb = lim->header_bytes};
+    scan s = {.buf = buf, .len = len, .hb = lim->header_bytes, .in_rl = 1};
     size_t hb = lim->header_bytes, rl = 0, p;
 
     if (len == 0)
@@ -572,6 +580,7 @@ ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_
     minor = minor >= 1;
 
     /* ---- header lines: field-name ":" OWS field-value OWS CRLF (RFC 9112 §5) ---- */
+    s.in_rl = 0;
     set_bound(&s, hb, KH_H1_EHEADLEN);
     end = buf + s.end;
     size_t nf = 0, maxf = lim->header_fields;
@@ -1023,6 +1032,11 @@ ssize_t kh_h1_h2_settings(kh_str value, uint8_t *out)
         }
     }
     return (ssize_t)n;
+}
+
+int kh_h1_host_ok(kh_str value)
+{
+    return value.len != 0 && host_ok(value.ptr, value.len, 0);
 }
 
 /* ---- error table ---- */

@@ -104,13 +104,16 @@ typedef struct kh_h1_head {
  * Returns: the number of bytes the head occupies (through the blank line) on success; KH_EAGAIN when
  * the head is incomplete and no error is visible yet; or a KH_H1_E* code. For any input, every
  * proper prefix returns KH_EAGAIN or the same error code as the whole input.
- * A malformed line is reported once the result can no longer change: at the blank line that ends
- * the head, at a bare LF, or once a limit is passed (header_bytes -> 431; a request line longer
- * than target_bytes + 64 -> 414 before its CRLF arrives); until then KH_EAGAIN. The result never
+ * A malformed line is reported once the result can no longer change: a request line at its CRLF;
+ * a header line at the blank line that ends the head, at a bare LF, or once a limit is passed
+ * (header_bytes -> 431; a request line longer than target_bytes + 64 -> 414 before its CRLF
+ * arrives); until then KH_EAGAIN. The result never
  * depends on how the bytes were split nor on prev_len (given honestly).
  * On success every non-empty kh_str in *out points into buf (absolute-form without a path: path
  * is the second '/' of "://"); empty ones may have a NULL ptr. The head, leading empty lines
- * included, is at most header_bytes long. */
+ * included, is at most header_bytes long. On a KH_H1_E* code, out->method is the request line's
+ * method when the line got that far (a tchar run followed by SP), else left as the caller set it
+ * (so a caller can answer a HEAD request's error without content). */
 ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_head *out,
                             const kh_h1_limits *lim);
 
@@ -147,5 +150,12 @@ ssize_t kh_h1_chunked_decode(kh_h1_chunked *d, char *buf, size_t len, size_t *ou
  * its length, or KH_H1_EH2SETTINGS. */
 #define KH_H1_H2_SETTINGS_MAX 32 /* nghttp2's default cap on the entries of one SETTINGS frame */
 ssize_t kh_h1_h2_settings(kh_str value, uint8_t *out);
+
+/* The check HTTP/1.1 applies to a Host value and to an absolute-form target's authority
+ * (RFC 3986 §3.2.2 host [":" port], no userinfo: RFC 9110 §4.2.4): reg-name characters with
+ * well-formed %XX, or a bracketed IPv6 literal; an optional port of digits up to 65535. 1 if the
+ * value passes, else 0 (an empty value fails). For other protocols' authority fields (h2
+ * :authority, RFC 9113 §8.3.1), so that every protocol refuses the same values. */
+int kh_h1_host_ok(kh_str value);
 
 #endif

@@ -33,6 +33,7 @@
 #include <stdio.h>
 
 #include "kh_err.h"
+#include "kh_h1_parse.h"
 #include "kh_log.h"
 
 enum {
@@ -428,6 +429,23 @@ static int is_pseudo(kh_str n, const char *lit)
     return kh_str_eq(n, lit, strlen(lit));
 }
 
+/* Host names compare case-insensitively (RFC 3986 §6.2.2.1); the rest is compared as sent. */
+static int same_authority(kh_str a, kh_str b)
+{
+    if (a.len != b.len)
+        return 0;
+    for (size_t i = 0; i < a.len; i++) {
+        unsigned char x = (unsigned char)a.ptr[i], y = (unsigned char)b.ptr[i];
+        if (x >= 'A' && x <= 'Z')
+            x |= 0x20;
+        if (y >= 'A' && y <= 'Z')
+            y |= 0x20;
+        if (x != y)
+            return 0;
+    }
+    return 1;
+}
+
 /* END_HEADERS of a request: copy the head into the stream and queue its dispatch. */
 static void head_done(h2_conn *h, kh_stream *s, int end_stream)
 {
@@ -485,6 +503,19 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
             fields[n++] = (kh_header){KH_STR_LIT("host"), authority};
         if (authority.len == 0)
             authority = host;
+        /* RFC 9113 §8.3.1: :authority and Host take the values HTTP/1.1 takes in Host (no
+         * userinfo, a port up to 65535, ...), and a Host that names another entity than
+         * :authority makes the request malformed: a stream error, as nghttp2 gives the
+         * malformed requests it finds itself. */
+        if ((authority.len && !kh_h1_host_ok(authority)) || (host.len && !kh_h1_host_ok(host)) ||
+            (host.len && authority.len && !same_authority(host, authority))) {
+            KH_LOG_DEBUG("c%u h2: stream %d: malformed :authority/host", c->id, hs->id);
+            free(fields);
+            kh_buf_release(&cookie, NULL);
+            kh_buf_release(&hs->buf, &c->w->bufs);
+            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, hs->id, NGHTTP2_PROTOCOL_ERROR);
+            return;
+        }
     }
     kh_str target = path, qpath = path, query = {NULL, 0};
     const char *q = path.len ? memchr(path.ptr, '?', path.len) : NULL;

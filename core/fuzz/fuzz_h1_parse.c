@@ -9,6 +9,7 @@
  *          whole with prev_len = prefix length), heads included, slice for slice;
  *        - a prefix gives KH_EAGAIN or the one-shot result (an error, or the same head length);
  *        - the result is KH_EAGAIN, a KH_H1_E* code, or a length <= len and <= header_bytes;
+ *        - on an error, a method slice (if set) is a tchar run inside the input, then SP;
  *        - every slice lies inside the head (even the "/" of an absolute-form without a path),
  *          num_fields <= header_fields, body_kind/target_form/minor_version are in range;
  *        - an accepted head is strict, checked without the parser's tables (check_strict);
@@ -478,6 +479,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         ssize_t b = kh_h1_parse_request(buf, len, k, &h2, lim);
         CHECK(b == r1);
+    }
+    if (r1 < 0 && r1 != KH_EAGAIN && h1.method.len) {
+        /* an error leaves the method it got to (kh_h1 answers HEAD without content): a tchar
+         * run inside the input, followed by SP */
+        CHECK(slice_inside(h1.method, buf, len) && h1.method.ptr + h1.method.len < buf + len);
+        CHECK(h1.method.ptr[h1.method.len] == ' ');
+        for (size_t i = 0; i < h1.method.len; i++)
+            CHECK(tchar((uint8_t)h1.method.ptr[i]));
     }
     if (r1 > 0) {
         check_head(&h1, buf, (size_t)r1, lim);

@@ -419,7 +419,20 @@ static const pcase pcases[] = {
     {.name = "no blank line yet", .in = "GET / " H11 HA, .want = KH_EAGAIN},
     {.name = "method only", .in = "GET", .want = KH_EAGAIN},
     {.name = "only empty lines", .in = "\r\n\r\n\r", .want = KH_EAGAIN},
-    {.name = "bad line waits for an event", .in = "GET /\x01 " H11 HA, .want = KH_EAGAIN},
+    {.name = "bad field line waits for an event", .in = "GET / " H11 "X: \x01\r\n" HA, .want = KH_EAGAIN},
+    {.name = "bad request line without its CRLF waits", .in = "GET /\x01 " H11, .len = 16,
+     .want = KH_EAGAIN},
+
+    /* ---- a bad request line is an event at its CRLF ---- */
+    {.name = "rl event: bad target, no blank line", .in = "GET /\x01 " H11 HA, .want = KH_H1_ETARGET},
+    {.name = "rl event: HTTP/0.9 line alone", .in = "GET /\r\n", .want = KH_H1_EBADREQ},
+    {.name = "rl event: version with a trailing SP", .in = "GET / HTTP/1.1 \r\n", .want = KH_H1_EBADVERSION},
+    {.name = "rl event: HTTP/2.0", .in = "GET / HTTP/2.0\r\n", .want = KH_H1_EVERSION},
+    {.name = "rl event: bad method", .in = "G(T / " H11, .want = KH_H1_EMETHOD},
+    {.name = "rl event: bare CR in the line", .in = "GET /\rx " H11, .want = KH_H1_EBARECR},
+    {.name = "rl event: after leading CRLFs", .in = "\r\n\r\nGET /a b " H11, .want = KH_H1_EBADVERSION},
+    {.name = "rl event: target over target_bytes within the room", .in = "GET /" D30 D10 " " H11,
+     .lim = &lim_small, .want = KH_H1_ETARGETLEN},
 
     /* ---- request line errors ---- */
     {.name = "bad method char", .in = "G(T / " H11 HA "\r\n", .want = KH_H1_EMETHOD},
@@ -1074,6 +1087,68 @@ static void test_h2_settings(void)
     kh_is_int(h2s_one(0x1234, 0xffffffffu), 6, "an unknown id with any value");
 }
 
+/* kh_h1_parse.h: on an error, out->method is the request line's method once the line got past
+ * it (kh_h1 answers a HEAD request's error without content), else what the caller left there. */
+static void test_method_on_error(void)
+{
+    static const struct {
+        const char *in;
+        ssize_t want;
+        const char *method; /* NULL: left as the caller set it */
+    } mc[] = {
+        {"HEAD / " H11 HA "Expect: x\r\n\r\n", KH_H1_EEXPECT, "HEAD"},
+        {"HEAD / " H11 HA "X: a\1b\r\n\r\n", KH_H1_EFIELDVALUE, "HEAD"},
+        {"HEAD / HTTP/2.0\r\n" HA "\r\n", KH_H1_EVERSION, "HEAD"},
+        {"HEAD /a b " H11 HA "\r\n", KH_H1_EBADVERSION, "HEAD"},
+        {"HEAD / " H11 "X: y\r\n\r\n", KH_H1_ENOHOST, "HEAD"},
+        {"\r\nHEAD / " H11 HA "Transfer-Encoding: gzip, chunked\r\n\r\n", KH_H1_ETE, "HEAD"},
+        {"HE(D / " H11 HA "\r\n", KH_H1_EMETHOD, NULL},
+        {" HEAD / " H11 HA "\r\n", KH_H1_EMETHOD, NULL},
+        {"HEAD\r\n\r\n", KH_H1_EBADREQ, NULL},
+        {"\n", KH_H1_EBARELF, NULL},
+    };
+    kh_subtest("method on error");
+    for (size_t i = 0; i < KH_ARRAY_LEN(mc); i++) {
+        kh_h1_field f[MAXF];
+        kh_h1_head h;
+        memset(&h, 0, sizeof h);
+        h.fields = f;
+        size_t n = strlen(mc[i].in);
+        ssize_t r = kh_h1_parse_request(mc[i].in, n, 0, &h, &lim_def);
+        int ok = r == mc[i].want;
+        if (mc[i].method)
+            ok = ok && h.method.len == strlen(mc[i].method) && h.method.ptr >= mc[i].in &&
+                 h.method.ptr + h.method.len <= mc[i].in + n &&
+                 memcmp(h.method.ptr, mc[i].method, h.method.len) == 0;
+        else
+            ok = ok && h.method.len == 0 && h.method.ptr == NULL;
+        if (!ok)
+            printf("#   case %zu: r %zd, method len %zu\n", i, r, h.method.len);
+        kh_ok(ok, "an error leaves the method it got to");
+    }
+}
+
+static void test_host_ok(void)
+{
+    static const struct {
+        const char *v;
+        int ok;
+    } hc[] = {
+        {"x", 1},        {"x:80", 1},      {"x:", 1},          {"[::1]", 1},     {"[::1]:443", 1},
+        {"%41.b", 1},    {"a-b.c_d~e", 1}, {"x:65535", 1},     {"", 0},          {"u@x", 0},
+        {"x:99999", 0},  {"x:65536", 0},   {"x:80:80", 0},     {"[::1", 0},      {"x/admin", 0},
+        {"x y", 0},      {":80", 0},       {"x:ab", 0},        {"[fe80::1%25eth0]", 0},
+        {"x%zz", 0},     {"x\\y", 0},
+    };
+    kh_subtest("host_ok");
+    for (size_t i = 0; i < KH_ARRAY_LEN(hc); i++) {
+        int r = kh_h1_host_ok((kh_str){hc[i].v, strlen(hc[i].v)});
+        if (r != hc[i].ok)
+            printf("#   '%s': %d\n", hc[i].v, r);
+        kh_ok(r == hc[i].ok, "kh_h1_host_ok on a Host/authority value");
+    }
+}
+
 int main(void)
 {
     size_t nvalid = 0, nerr = 0;
@@ -1091,5 +1166,7 @@ int main(void)
     test_chunked_extras();
     test_h2_settings();
     test_error_table();
+    test_method_on_error();
+    test_host_ok();
     return kh_test_done();
 }

@@ -363,6 +363,7 @@ static int open_core(lua_State *L)
     kh_lua *K = K_UPVALUE(L);
     kh__lua_open_wait(L, K);
     kh__lua_open_shared(L, K);
+    kh__lua_open_json(L);
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);

@@ -199,9 +199,14 @@ function k.resolve(id, status, body, headers)
 end
 
 -- k.shared_dict and k.shared are khamsin.shared's own functions (their errors name the caller's
--- line), fetched the first time either is looked up.
+-- line), fetched the first time either is looked up; k.json (khamsin.json) likewise.
 setmetatable(k, {
     __index = function(t, key)
+        if key == "json" then
+            local json = require "khamsin.json"
+            rawset(t, "json", json)
+            return json
+        end
         if key ~= "shared_dict" and key ~= "shared" then return nil end
         local shared = require "khamsin.shared"
         rawset(t, "shared_dict", shared.declare)

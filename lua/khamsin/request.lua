@@ -1,13 +1,11 @@
 -- khamsin.request: the `req` object. Fields are fetched from the engine on first use and cached
 -- in the table, so a handler that never looks at headers never builds a header table.
 local core = require "khamsin.core"
--- lua-cjson is loaded on the first req:json(): start-up stays in the millisecond budget
-local cjson_safe
 local errors = require "khamsin.errors"
 errors.own()
 local raise = errors.raise
 
-local rawget, rawset, setmetatable, type = rawget, rawset, setmetatable, type
+local rawget, rawset, setmetatable, type, tostring = rawget, rawset, setmetatable, type, tostring
 local tonumber, char, gsub, lower = tonumber, string.char, string.gsub, string.lower
 local core_head, core_headers, core_params, core_body = core.head, core.headers, core.params, core.body
 
@@ -112,12 +110,20 @@ function Req:body()
     return body
 end
 
--- The body decoded as JSON; a body that is not JSON answers 400 unless the handler catches it.
-function Req:json()
+-- The body decoded as JSON (k.json's decoder). A body that is not JSON, or nested deeper than
+-- max_depth (default 100) levels, answers 400 with the reason and its path unless the handler
+-- catches it.
+local json_decode = core.json_decode
+local JSON_DEPTH = 100
+
+function Req:json(max_depth)
     if not is_req(self) then raise("req:json() is a method: call it with a colon") end
-    cjson_safe = cjson_safe or require "cjson.safe"
-    local v, derr = cjson_safe.decode(self:body())
-    if v == nil and derr then error(errors.http(400, "invalid JSON: " .. derr), 0) end
+    if max_depth ~= nil and (type(max_depth) ~= "number" or not (max_depth >= 1 and max_depth <= 10000)) then
+        raise("req:json(max_depth): max_depth must be a number from 1 to 10000, got "
+            .. (type(max_depth) == "number" and tostring(max_depth) or "a " .. type(max_depth)))
+    end
+    local v, derr, path = json_decode(self:body(), max_depth or JSON_DEPTH)
+    if v == nil then error(errors.http(400, "invalid JSON: " .. derr .. ", at " .. path), 0) end
     return v
 end
 

@@ -5,7 +5,6 @@
 -- more (a failed call's nil, err), a fourth value, a body on a 204/304, a header name or value
 -- the engine refuses.
 local core = require "khamsin.core"
-local cjson -- loaded on the first table body (a dlopen saved at start-up)
 local errors = require "khamsin.errors"
 
 local type, tostring, rawget, setmetatable, pairs, pcall, format =
@@ -29,10 +28,12 @@ local function describe(v)
 end
 M.describe = describe
 
+-- A table body is JSON, encoded as k.json.encode does (lua/kh_lua_json.c).
+local json_encode = core.json_encode
+
 local function json_body(who, body)
-    cjson = cjson or require "cjson"
-    local ok, out = pcall(cjson.encode, body)
-    if not ok then raise(who .. " a table that cannot be sent as JSON: " .. tostring(out)) end
+    local out, msg, path = json_encode(body)
+    if not out then raise(who .. " a table that cannot be sent as JSON: " .. msg .. ", at " .. path) end
     return out
 end
 
@@ -180,13 +181,12 @@ function M.fail(req, res, e)
             return
         end
         if type(msg) == "table" then -- k.fail(400, {error = "bad"}): JSON, as a returned table
-            cjson = cjson or require "cjson"
-            local ok, out = pcall(cjson.encode, msg)
-            if ok then
+            local out, emsg, path = json_encode(msg)
+            if out then
                 respond(res._s, res._g, e.status, out, nil, JSON)
                 return
             end
-            msg = "(k.fail's table message cannot be sent as JSON: " .. tostring(out) .. ")"
+            msg = "(k.fail's table message cannot be sent as JSON: " .. emsg .. ", at " .. path .. ")"
         elseif msg == nil then
             msg = core.reason(e.status) -- k.fail(404): "Not Found"
         end

@@ -259,7 +259,8 @@ static int l_head(lua_State *L)
     return 7;
 }
 
-/* headers(s, gen) -> { name = value } with lower-case names; repeats joined with ", " */
+/* headers(s, gen) -> { name = value } with lower-case names; repeats joined with ", " (cookie:
+ * with "; ", as HTTP/2 rejoins it, RFC 9113 §8.2.3) */
 static int l_headers(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
@@ -276,7 +277,10 @@ static int l_headers(lua_State *L)
             lua_pushlstring(L, h->value.ptr, h->value.len);
         } else {
             /* RFC 9110 §5.3: a repeated field is the comma-joined list */
-            lua_pushliteral(L, ", ");
+            if (kh_str_eq(h->name, "cookie", 6))
+                lua_pushliteral(L, "; ");
+            else
+                lua_pushliteral(L, ", ");
             lua_pushlstring(L, h->value.ptr, h->value.len);
             lua_concat(L, 3);
         }
@@ -364,6 +368,7 @@ static int open_core(lua_State *L)
     kh__lua_open_wait(L, K);
     kh__lua_open_shared(L, K);
     kh__lua_open_json(L);
+    kh__lua_open_sign(L);
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);

@@ -190,6 +190,45 @@ function k.publish(topic, value)
     return n
 end
 
+-- Signed values (cookies, tokens): value .. "." .. base64url(HMAC-SHA256(key, value)).
+-- k.unsign takes a key or a list of keys (the first is current, the others still accepted while
+-- they rotate out) and returns the value, or nil when no key's signature matches.
+local MIN_KEY = 16
+
+local function check_key(what, key)
+    if type(key) ~= "string" or #key < MIN_KEY then
+        raise(what .. ": the key must be a string of at least " .. MIN_KEY .. " bytes (a random "
+            .. "secret), got " .. (type(key) == "string" and (#key .. " bytes") or ("a " .. type(key))))
+    end
+end
+
+function k.sign(key, value)
+    check_key("k.sign(key, value)", key)
+    if type(value) ~= "string" then
+        raise("k.sign(key, value): value must be a string, got a " .. type(value))
+    end
+    return core.sign(key, value)
+end
+
+function k.unsign(key, signed)
+    if type(key) == "table" then
+        for i = 1, #key do check_key("k.unsign(keys, signed): key " .. i, key[i]) end
+        if #key == 0 then raise("k.unsign(keys, signed): the list of keys is empty") end
+    else
+        check_key("k.unsign(key, signed)", key)
+    end
+    if signed == nil then return nil end -- req.cookies.missing
+    if type(signed) ~= "string" then
+        raise("k.unsign(key, signed): signed must be a string, got a " .. type(signed))
+    end
+    if type(key) == "string" then return core.unsign(key, signed) end
+    for i = 1, #key do
+        local v = core.unsign(key[i], signed)
+        if v then return v end
+    end
+    return nil
+end
+
 -- khamsin.defer and khamsin.shared load on first use, not with the app (start-up time).
 local deferred = response.deferred
 

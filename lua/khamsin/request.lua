@@ -87,6 +87,13 @@ function fields.params(req)
     return p
 end
 
+-- req.cookies: the Cookie header parsed (khamsin.cookies, loaded on first use)
+function fields.cookies(req)
+    local c = require("khamsin.cookies").parse(req.headers.cookie)
+    rawset(req, "cookies", c)
+    return c
+end
+
 function fields.args(req)
     local a = parse_args(req.query)
     rawset(req, "args", a)

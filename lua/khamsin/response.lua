@@ -67,6 +67,16 @@ function Res:defer(opts)
     return M.deferred().new(self, opts)
 end
 
+-- Adds a Set-Cookie header (several calls: several headers). Invalid names, values or options
+-- raise at the caller's line (khamsin.cookies has the rules).
+function Res:set_cookie(name, value, opts)
+    if type(self) ~= "table" or rawget(self, "_s") == nil then
+        raise("res:set_cookie() is a method: call it with a colon")
+    end
+    local cookies = require "khamsin.cookies"
+    cookies.add(self, cookies.format(name, value, opts))
+end
+
 local res_mt = {
     __index = function(res, key)
         if key == "headers" then

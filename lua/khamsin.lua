@@ -81,6 +81,13 @@ function k.worker_id() return core.worker_id() end
 function k.workers() return core.workers() end
 function k.now() return core.now() end
 
+-- The app script's directory (absolute), for the app's own files: io.open(k.app_dir() .. "/x")
+local app_dir
+function k.app_dir()
+    app_dir = app_dir or core.app_dir()
+    return app_dir
+end
+
 -- Waits. Each raises errors.aborted once the request is over (so pcall cleanups run).
 local core_sleep, core_timer, core_blocking = core.sleep, core.timer, core.blocking
 local is_busy = errors.is_busy

@@ -54,8 +54,9 @@ local headers_mt = {
 local fields = {}
 
 local function load_head(req)
-    local method, path, query, target, authority, version, remote =
+    local method, path, query, target, authority, version, remote, scheme =
         core_head(rawget(req, "_s"), rawget(req, "_g"))
+    rawset(req, "scheme", scheme)
     rawset(req, "method", method)
     rawset(req, "path", path)
     rawset(req, "query", query or false)
@@ -65,7 +66,8 @@ local function load_head(req)
     rawset(req, "remote_addr", remote)
 end
 
-for _, f in ipairs { "method", "path", "query", "target", "authority", "version", "remote_addr" } do
+for _, f in ipairs { "method", "path", "query", "target", "authority", "version", "remote_addr",
+    "scheme" } do
     fields[f] = function(req)
         load_head(req)
         local v = rawget(req, f)
@@ -85,6 +87,14 @@ function fields.params(req)
     for k, v in pairs(p) do p[k] = unescape(v) end
     rawset(req, "params", p)
     return p
+end
+
+-- req.id: the client's X-Request-Id when sane, else one the engine made (core/kh_reqid.h); the
+-- same id goes back in the X-Request-Id response header and into the access log
+function fields.id(req)
+    local id = core.request_id(rawget(req, "_s"), rawget(req, "_g"))
+    rawset(req, "id", id)
+    return id
 end
 
 -- req.cookies: the Cookie header parsed (khamsin.cookies, loaded on first use)

@@ -1,0 +1,46 @@
+/* kh_reqid.c: see kh_reqid.h. */
+#include "kh_reqid.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+
+#include "kh_worker.h"
+
+static uv_once_t prefix_once = UV_ONCE_INIT;
+static char prefix[9];
+
+static void make_prefix(void)
+{
+    unsigned char r[4] = {0};
+    if (uv_random(NULL, NULL, r, sizeof r, 0, NULL) != 0) {
+        uint64_t t = uv_hrtime(); /* no entropy source: still differs from run to run */
+        memcpy(r, &t, sizeof r);
+    }
+    snprintf(prefix, sizeof prefix, "%02x%02x%02x%02x", r[0], r[1], r[2], r[3]);
+}
+
+int kh_reqid_sane(const char *v, size_t len)
+{
+    if (len == 0 || len > KH_REQID_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)v[i] < 0x21 || (unsigned char)v[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+size_t kh_reqid(const kh_stream *s, char *out)
+{
+    const kh_header *h = kh_stream_header(s, "x-request-id", 12);
+    if (h && kh_reqid_sane(h->value.ptr, h->value.len)) {
+        memcpy(out, h->value.ptr, h->value.len);
+        return h->value.len;
+    }
+    uv_once(&prefix_once, make_prefix);
+    char tmp[64];
+    int n = snprintf(tmp, sizeof tmp, "%s-%d-%u", prefix, s->worker ? s->worker->id : 0,
+                     (unsigned)s->id);
+    memcpy(out, tmp, (size_t)n);
+    return (size_t)n;
+}

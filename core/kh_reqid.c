@@ -1,6 +1,7 @@
 /* kh_reqid.c: see kh_reqid.h. */
 #include "kh_reqid.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <uv.h>
@@ -30,6 +31,20 @@ int kh_reqid_sane(const char *v, size_t len)
     return 1;
 }
 
+/* n in decimal at out; returns the digits written */
+static size_t put_dec(char *out, uint64_t n)
+{
+    char tmp[24];
+    size_t k = 0;
+    do {
+        tmp[k++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    for (size_t i = 0; i < k; i++)
+        out[i] = tmp[k - 1 - i];
+    return k;
+}
+
 size_t kh_reqid(const kh_stream *s, char *out)
 {
     const kh_header *h = kh_stream_header(s, "x-request-id", 12);
@@ -37,10 +52,12 @@ size_t kh_reqid(const kh_stream *s, char *out)
         memcpy(out, h->value.ptr, h->value.len);
         return h->value.len;
     }
-    uv_once(&prefix_once, make_prefix);
-    char tmp[64];
-    int n = snprintf(tmp, sizeof tmp, "%s-%d-%u", prefix, s->worker ? s->worker->id : 0,
-                     (unsigned)s->id);
-    memcpy(out, tmp, (size_t)n);
-    return (size_t)n;
+    uv_once(&prefix_once, make_prefix); /* per response: no snprintf on this path */
+    memcpy(out, prefix, 8);
+    size_t n = 8;
+    out[n++] = '-';
+    n += put_dec(out + n, (uint64_t)(s->worker ? s->worker->id : 0));
+    out[n++] = '-';
+    n += put_dec(out + n, s->id);
+    return n;
 }

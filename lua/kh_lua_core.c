@@ -11,6 +11,7 @@
 #include "kh_err.h"
 #include "kh_log.h"
 #include "kh_lua_internal.h"
+#include "kh_lua_json.h"
 #include "kh_reqid.h"
 
 #define K_UPVALUE(L) ((kh_lua *)lua_touserdata((L), lua_upvalueindex(1)))

@@ -79,8 +79,6 @@ void kh__lua_open_core(lua_State *L, kh_lua *K);
 void kh__lua_open_wait(lua_State *L, kh_lua *K);
 /* Adds k.shared's functions to the core table on top of the stack. */
 void kh__lua_open_shared(lua_State *L, kh_lua *K);
-/* kh_lua_json.c: core.json_* (k.json) */
-void kh__lua_open_json(lua_State *L);
 /* kh_lua_sign.c: core.sign, core.unsign (k.sign, k.unsign) */
 void kh__lua_open_sign(lua_State *L);
 

@@ -32,7 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kh_lua_internal.h"
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "kh_lua_json.h"
 
 #define JSON_PATH_MAX 300
 
@@ -844,7 +847,6 @@ static int l_is_array(lua_State *L)
     return 1;
 }
 
-/* Sets json_encode, json_decode, json_array, json_is_array, json_null on the table on top. */
 void kh__lua_open_json(lua_State *L)
 {
     lua_newtable(L); /* the array marker */

@@ -349,7 +349,15 @@ static int l_log(lua_State *L)
         level = KH_LOG_ERROR;
     if (level > KH_LOG_DEBUG)
         level = KH_LOG_DEBUG;
-    KH_LOG(level, "%s", msg);
+    /* from a request's handler: the line names the request (kh_reqid.h) */
+    kh_lua_co *c = K_UPVALUE(L)->current;
+    if (c && c->s && c->s->proto) {
+        char id[KH_REQID_MAX];
+        size_t n = kh_reqid(c->s, id);
+        KH_LOG(level, "request %.*s: %s", (int)n, id, msg);
+    } else {
+        KH_LOG(level, "%s", msg);
+    }
     return 0;
 }
 

@@ -404,8 +404,8 @@ static int encode_value(jctx *c, int idx)
 static int check_depth(lua_State *L, int idx)
 {
     lua_Number d = luaL_optnumber(L, idx, 1000);
-    if (!(d >= 1 && d <= 10000))
-        luaL_argerror(L, idx, "max_depth must be from 1 to 10000");
+    if (!(d >= 1 && d <= 1000)) /* the C stack: one recursion per level */
+        luaL_argerror(L, idx, "max_depth must be from 1 to 1000");
     return (int)d;
 }
 

@@ -18,6 +18,8 @@ k.get("/file", function()
     return s
 end)
 k.get("/slow", function() k.sleep(0.2); return "slow" end)
+k.get("/log", function(req) k.log.warn("log-marker", req.path) ; return "logged" end)
+k.timer(0, function() k.log.warn("timer-marker") end)
 ]]
 
 describe("request extras", function()
@@ -93,6 +95,16 @@ describe("request extras", function()
                 assert.truthy(server.wait_until(5, function()
                     return srv:log():find("request " .. id .. ": handler error on GET /boom: ", 1, true)
                 end), srv:log())
+            end)
+
+            it("starts a k.log line from a handler with the request id, not one from a timer", function()
+                local r = get("/log")
+                local id = r.headers["x-request-id"]
+                assert.truthy(server.wait_until(5, function()
+                    return srv:log():find("request " .. id .. ": log-marker /log", 1, true)
+                end), srv:log())
+                local line = srv:log():match("[^\n]*timer%-marker[^\n]*")
+                assert.truthy(line and not line:find("request ", 1, true), line)
             end)
 
             it("writes the request time and id in the extended access log", function()

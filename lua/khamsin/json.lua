@@ -2,7 +2,7 @@
 --   k.json.encode(value) -> string; a value that cannot be sent (a function, NaN, a sparse array,
 --     a table nested deeper than 1000 levels) raises an error at the caller's line that names
 --     the path of that value: "k.json.encode: a function cannot be sent as JSON, at $.items[3].f".
---   k.json.decode(s[, max_depth]) -> value | nil, message: invalid JSON is not a bug, so it is
+--   k.json.decode(s[, max_depth = 1000]) -> value | nil, message: invalid JSON is not a bug, so it is
 --     returned, not raised: "expected a value at byte 12 ('x'), at $.items[3].name".
 --   k.json.array(t) -> t, marked as an array ({} -> []); decoded arrays carry the same mark.
 --   k.json.null: JSON's null (the same value as cjson.null).
@@ -19,8 +19,8 @@ local raise = errors.raise
 local M = { null = core.json_null }
 
 local function depth_arg(what, d)
-    if d ~= nil and (type(d) ~= "number" or not (d >= 1 and d <= 10000)) then
-        raise(what .. ": max_depth must be a number from 1 to 10000, got "
+    if d ~= nil and (type(d) ~= "number" or not (d >= 1 and d <= 1000)) then
+        raise(what .. ": max_depth must be a number from 1 to 1000, got "
             .. (type(d) == "number" and tostring(d) or "a " .. type(d)))
     end
 end

@@ -135,8 +135,8 @@ local JSON_DEPTH = 100
 
 function Req:json(max_depth)
     if not is_req(self) then raise("req:json() is a method: call it with a colon") end
-    if max_depth ~= nil and (type(max_depth) ~= "number" or not (max_depth >= 1 and max_depth <= 10000)) then
-        raise("req:json(max_depth): max_depth must be a number from 1 to 10000, got "
+    if max_depth ~= nil and (type(max_depth) ~= "number" or not (max_depth >= 1 and max_depth <= 1000)) then
+        raise("req:json(max_depth): max_depth must be a number from 1 to 1000, got "
             .. (type(max_depth) == "number" and tostring(max_depth) or "a " .. type(max_depth)))
     end
     local v, derr, path = json_decode(self:body(), max_depth or JSON_DEPTH)

@@ -295,7 +295,7 @@ int kh_shdict_get(kh_shdict *d, const char *key, size_t klen, kh_shdict_value *o
 }
 
 int kh_shdict_set(kh_shdict *d, const char *key, size_t klen, const kh_shdict_value *v,
-                  uint64_t ttl_ms, int add, int *evicted)
+                  uint64_t ttl_ms, int mode, int *evicted)
 {
     if (evicted)
         *evicted = 0;
@@ -305,9 +305,13 @@ int kh_shdict_set(kh_shdict *d, const char *key, size_t klen, const kh_shdict_va
     uint64_t now = now_ms();
     uv_mutex_lock(&d->mu);
     entry *e = lookup(d, key, klen, h, now);
-    if (e && add) {
+    if (e && mode == KH_SHDICT_ADD) {
         uv_mutex_unlock(&d->mu);
         return KH_SHDICT_EXISTS;
+    }
+    if (e == NULL && mode == KH_SHDICT_REPLACE) {
+        uv_mutex_unlock(&d->mu);
+        return KH_SHDICT_NOT_FOUND;
     }
     if (v->type == KH_SHDICT_NIL) {
         if (e)
@@ -373,6 +377,61 @@ int kh_shdict_delete(kh_shdict *d, const char *key, size_t klen)
         unlink_entry(d, e);
     uv_mutex_unlock(&d->mu);
     return e ? 0 : KH_SHDICT_NOT_FOUND;
+}
+
+int kh_shdict_ttl(kh_shdict *d, const char *key, size_t klen, uint64_t *left_ms)
+{
+    uint32_t h = hash_key(key, klen);
+    uint64_t now = now_ms();
+    uv_mutex_lock(&d->mu);
+    entry *e = lookup(d, key, klen, h, now);
+    if (e)
+        *left_ms = e->expires_ms ? e->expires_ms - now : 0;
+    uv_mutex_unlock(&d->mu);
+    return e ? 0 : KH_SHDICT_NOT_FOUND;
+}
+
+int kh_shdict_expire(kh_shdict *d, const char *key, size_t klen, uint64_t ttl_ms)
+{
+    uint32_t h = hash_key(key, klen);
+    uint64_t now = now_ms();
+    uv_mutex_lock(&d->mu);
+    entry *e = lookup(d, key, klen, h, now);
+    if (e)
+        e->expires_ms = ttl_ms ? now + ttl_ms : 0;
+    uv_mutex_unlock(&d->mu);
+    return e ? 0 : KH_SHDICT_NOT_FOUND;
+}
+
+size_t kh_shdict_keys(kh_shdict *d, size_t max, char **buf, size_t *bufcap, size_t *len)
+{
+    uint64_t now = now_ms();
+    size_t n = 0, o = 0;
+    uv_mutex_lock(&d->mu);
+    for (entry *e = d->lru.lnext; e != &d->lru && (max == 0 || n < max);) {
+        entry *next = e->lnext;
+        if (e->expires_ms && e->expires_ms <= now) {
+            unlink_entry(d, e); /* reclaimed on the way */
+        } else {
+            size_t need = o + sizeof(uint32_t) + e->klen;
+            if (*bufcap < need) {
+                size_t cap = *bufcap ? *bufcap : 1024;
+                while (cap < need)
+                    cap *= 2;
+                *buf = kh_xrealloc(*buf, cap);
+                *bufcap = cap;
+            }
+            uint32_t kl = e->klen;
+            memcpy(*buf + o, &kl, sizeof kl);
+            memcpy(*buf + o + sizeof kl, DATA(e), kl);
+            o = need;
+            n++;
+        }
+        e = next;
+    }
+    uv_mutex_unlock(&d->mu);
+    *len = o;
+    return n;
 }
 
 static void flush_locked(kh_shdict *d)

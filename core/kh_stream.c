@@ -15,6 +15,7 @@
 #include "kh_err.h"
 #include "kh_log.h"
 #include "kh_path.h"
+#include "kh_reqid.h"
 #include "kh_worker.h"
 
 size_t kh_addr_format(const kh_addr *a, char *buf, size_t cap)
@@ -292,25 +293,33 @@ static int header_ok(const kh_header *h)
  * by default: the engine cannot know that every subdomain serves HTTPS. nosniff stops a browser
  * from running a text/plain or JSON body as a script (Django sends it by default too). Decided
  * here, once, for every protocol: the sinks just encode what they get. */
-static int send_head_tls(kh_stream *s, int status, const kh_header *h, size_t n,
-                         int64_t content_length)
+/* The head with the headers the engine adds, each unless h already has that field:
+ * X-Request-Id (kh_reqid) on every response; on a KH_STREAM_F_TLS stream also
+ * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options (tls_nosniff). */
+static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t n,
+                           int64_t content_length)
 {
     const kh_limits *l = s->worker->limits;
-    int hsts = l->hsts_max_age != 0, nosniff = l->tls_nosniff != 0;
-    for (size_t i = 0; i < n && (hsts || nosniff); i++) {
-        if (kh_str_ieq_lower(h[i].name, "strict-transport-security", 25))
+    int tls = (s->flags & KH_STREAM_F_TLS) != 0;
+    int hsts = tls && l->hsts_max_age != 0, nosniff = tls && l->tls_nosniff != 0, rid = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i].name.len == 12 && kh_str_ieq_lower(h[i].name, "x-request-id", 12))
+            rid = 0;
+        else if (tls && kh_str_ieq_lower(h[i].name, "strict-transport-security", 25))
             hsts = 0;
-        else if (kh_str_ieq_lower(h[i].name, "x-content-type-options", 22))
+        else if (tls && kh_str_ieq_lower(h[i].name, "x-content-type-options", 22))
             nosniff = 0;
     }
-    if (!hsts && !nosniff)
+    if (!hsts && !nosniff && !rid)
         return s->sink->head(s, status, h, n, content_length);
     kh_header local[16];
-    kh_header *all = n + 2 <= KH_ARRAY_LEN(local) ? local : kh_xmalloc((n + 2) * sizeof *all);
+    kh_header *all = n + 3 <= KH_ARRAY_LEN(local) ? local : kh_xmalloc((n + 3) * sizeof *all);
     if (n)
         memcpy(all, h, n * sizeof *h);
     size_t k = n;
-    char age[32];
+    char age[32], id[KH_REQID_MAX];
+    if (rid)
+        all[k++] = (kh_header){KH_STR_LIT("X-Request-Id"), {id, kh_reqid(s, id)}};
     if (hsts) {
         int len = snprintf(age, sizeof age, "max-age=%" PRIu64, l->hsts_max_age);
         all[k++] = (kh_header){KH_STR_LIT("Strict-Transport-Security"), {age, (size_t)len}};
@@ -337,9 +346,7 @@ int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
             return KH_EINVAL;
     s->flags |= KH_STREAM_F_HEAD_SENT;
     s->status = status;
-    if (s->flags & KH_STREAM_F_TLS) /* one test on the cleartext path */
-        return send_head_tls(s, status, h, n, content_length);
-    return s->sink->head(s, status, h, n, content_length);
+    return send_head_extra(s, status, h, n, content_length);
 }
 
 int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin)

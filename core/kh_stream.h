@@ -144,8 +144,9 @@ void kh_stream_on_reset(kh_stream *s, int err);
 
 /* App -> protocol. All return 0 or a negative code (KH_ECLOSED when the peer is gone, KH_EINVAL
  * for a header name or value that could split the response, KH_EPROTO when out of order).
- * On a KH_STREAM_F_TLS stream, send_head adds Strict-Transport-Security (limit hsts_max_age) and
- * X-Content-Type-Options: nosniff (limit tls_nosniff), each unless h already has that field. */
+ * send_head adds X-Request-Id (kh_reqid.h) to every response and, on a KH_STREAM_F_TLS stream,
+ * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options: nosniff (limit
+ * tls_nosniff), each unless h already has that field. */
 int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
                         int64_t content_length);
 int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin);

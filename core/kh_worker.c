@@ -18,6 +18,7 @@
 #include "kh_conn.h"
 #include "kh_err.h"
 #include "kh_log.h"
+#include "kh_reqid.h"
 #include "kh_router.h"
 #include "kh_stream.h"
 
@@ -216,6 +217,16 @@ void kh_worker_access_log(kh_worker *w, const kh_stream *s)
     kh_buf_append(b, NULL, "\" \"", 3);
     h = kh_stream_header(s, "user-agent", 10);
     log_escaped(b, h ? h->value : (kh_str){NULL, 0});
+    if (w->cfg->access_log_extended) {
+        /* nginx's $request_time (seconds, ms resolution) and the request id (kh_reqid.h) */
+        uint64_t ms = uv_now(&w->loop) - s->start_ms;
+        char id[KH_REQID_MAX];
+        size_t il = kh_reqid(s, id);
+        n = snprintf(head, sizeof head, "\" %llu.%03llu \"", (unsigned long long)(ms / 1000),
+                     (unsigned long long)(ms % 1000));
+        kh_buf_append(b, NULL, head, (size_t)n);
+        log_escaped(b, (kh_str){id, il});
+    }
     kh_buf_append(b, NULL, "\"\n", 2);
 }
 

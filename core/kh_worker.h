@@ -45,6 +45,7 @@ typedef struct kh_config {
     int dev;
     uint64_t grace_ms;
     int access_log_fd; /* -1: off */
+    int access_log_extended; /* --access-log-format extended: + request time and request id */
     kh_limits limits;
     kh_listen_addr *listens;
     int num_listens;

@@ -395,6 +395,8 @@ static void usage(FILE *out)
             "  --dev                  development mode: Lua tracebacks in 500 pages, one worker\n"
             "  --grace SECONDS        graceful-stop period for in-flight requests (default 5)\n"
             "  --access-log PATH|-    access log in combined format ('-' = stdout)\n"
+            "  --access-log-format combined|extended\n"
+            "                         extended: combined + request time (s) + \"request id\"\n"
             "  --log-level LEVEL      error | warn | info | debug (default info)\n"
             "  --pool-threads N       k.blocking threads, each with its own Lua state (default:\n"
             "                         number of cores); --pool-queue N jobs queued per thread\n"
@@ -591,6 +593,13 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--access-log") == 0) {
             NEED_VALUE();
             access_log = v;
+        } else if (strcmp(a, "--access-log-format") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "combined") != 0 && strcmp(v, "extended") != 0) {
+                fprintf(stderr, "khamsin: --access-log-format %s: expected combined or extended\n", v);
+                return 2;
+            }
+            cfg.access_log_extended = strcmp(v, "extended") == 0;
         } else if (strcmp(a, "--log-level") == 0) {
             NEED_VALUE();
             int lv = kh_log_parse_level(v);

@@ -5,11 +5,14 @@
  * Never: knows a wire format or a protocol; keeps a pointer to a Lua string past the call. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kh_err.h"
 #include "kh_log.h"
 #include "kh_lua_internal.h"
+#include "kh_lua_json.h"
+#include "kh_reqid.h"
 
 #define K_UPVALUE(L) ((kh_lua *)lua_touserdata((L), lua_upvalueindex(1)))
 
@@ -238,7 +241,8 @@ static int l_body(lua_State *L)
     return 2;
 }
 
-/* head(s, gen) -> method, path, query|nil, target, authority, "1.1", remote_addr */
+/* head(s, gen) -> method, path, query|nil, target, authority, "1.1", remote_addr, scheme
+ * (scheme: "https" when the connection is TLS, else "http"; the client's :scheme is not taken) */
 static int l_head(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
@@ -256,10 +260,44 @@ static int l_head(lua_State *L)
     char addr[64];
     size_t n = kh_addr_format(&s->peer, addr, sizeof addr);
     lua_pushlstring(L, addr, n);
-    return 7;
+    if (s->flags & KH_STREAM_F_TLS)
+        lua_pushliteral(L, "https");
+    else
+        lua_pushliteral(L, "http");
+    return 8;
 }
 
-/* headers(s, gen) -> { name = value } with lower-case names; repeats joined with ", " */
+/* request_id(s, gen) -> the request's id (kh_reqid.h) | nil when the stream is gone */
+static int l_request_id(lua_State *L)
+{
+    kh_stream *s = stream_at(L, 1);
+    if (s == NULL)
+        return 0;
+    char id[KH_REQID_MAX];
+    lua_pushlstring(L, id, kh_reqid(s, id));
+    return 1;
+}
+
+/* app_dir() -> the absolute directory of the app script (its relative one if realpath fails) */
+static int l_app_dir(lua_State *L)
+{
+    kh_lua *K = K_UPVALUE(L);
+    const char *script = K->w->cfg->script;
+    char *real = realpath(script, NULL);
+    const char *p = real ? real : script;
+    const char *slash = strrchr(p, '/');
+    if (slash == NULL)
+        lua_pushliteral(L, ".");
+    else if (slash == p)
+        lua_pushliteral(L, "/");
+    else
+        lua_pushlstring(L, p, (size_t)(slash - p));
+    free(real);
+    return 1;
+}
+
+/* headers(s, gen) -> { name = value } with lower-case names; repeats joined with ", " (cookie:
+ * with "; ", as HTTP/2 rejoins it, RFC 9113 §8.2.3) */
 static int l_headers(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
@@ -276,7 +314,10 @@ static int l_headers(lua_State *L)
             lua_pushlstring(L, h->value.ptr, h->value.len);
         } else {
             /* RFC 9110 §5.3: a repeated field is the comma-joined list */
-            lua_pushliteral(L, ", ");
+            if (kh_str_eq(h->name, "cookie", 6))
+                lua_pushliteral(L, "; ");
+            else
+                lua_pushliteral(L, ", ");
             lua_pushlstring(L, h->value.ptr, h->value.len);
             lua_concat(L, 3);
         }
@@ -308,7 +349,15 @@ static int l_log(lua_State *L)
         level = KH_LOG_ERROR;
     if (level > KH_LOG_DEBUG)
         level = KH_LOG_DEBUG;
-    KH_LOG(level, "%s", msg);
+    /* from a request's handler: the line names the request (kh_reqid.h) */
+    kh_lua_co *c = K_UPVALUE(L)->current;
+    if (c && c->s && c->s->proto) {
+        char id[KH_REQID_MAX];
+        size_t n = kh_reqid(c->s, id);
+        KH_LOG(level, "request %.*s: %s", (int)n, id, msg);
+    } else {
+        KH_LOG(level, "%s", msg);
+    }
     return 0;
 }
 
@@ -352,6 +401,7 @@ static int open_core(lua_State *L)
         {"head", l_head},       {"headers", l_headers},     {"params", l_params},
         {"log", l_log},         {"worker_id", l_worker_id}, {"workers", l_workers},
         {"now", l_now},         {"reason", l_reason},       {"loading", l_loading},
+        {"request_id", l_request_id}, {"app_dir", l_app_dir},
         {NULL, NULL},
     };
     lua_newtable(L);
@@ -363,6 +413,8 @@ static int open_core(lua_State *L)
     kh_lua *K = K_UPVALUE(L);
     kh__lua_open_wait(L, K);
     kh__lua_open_shared(L, K);
+    kh__lua_open_json(L);
+    kh__lua_open_sign(L);
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);

@@ -86,7 +86,8 @@ static int l_get(lua_State *L)
     return 1;
 }
 
-/* set(d, key, value, ttl, add) -> true | false, "exists" | nil, "no memory"; plus evictions */
+/* set(d, key, value, ttl, mode) -> true | false, "exists" | false, "not found" | nil,
+ * "no memory"; plus evictions. mode: 0 set, 1 add, 2 replace (kh_shdict.h). */
 static int l_set(lua_State *L)
 {
     kh_shdict *d = dict_at(L);
@@ -114,10 +115,13 @@ static int l_set(lua_State *L)
     }
     uint64_t ttl = ttl_at(L, 4);
     int evicted = 0;
-    int r = kh_shdict_set(d, key, kl, &v, ttl, lua_toboolean(L, 5), &evicted);
-    if (r == KH_SHDICT_EXISTS) {
+    int r = kh_shdict_set(d, key, kl, &v, ttl, (int)luaL_optinteger(L, 5, KH_SHDICT_SET), &evicted);
+    if (r == KH_SHDICT_EXISTS || r == KH_SHDICT_NOT_FOUND) {
         lua_pushboolean(L, 0);
-        lua_pushliteral(L, "exists");
+        if (r == KH_SHDICT_EXISTS)
+            lua_pushliteral(L, "exists");
+        else
+            lua_pushliteral(L, "not found");
         return 2;
     }
     if (r != 0) {
@@ -162,6 +166,59 @@ static int l_delete(lua_State *L)
     return 1;
 }
 
+/* ttl(d, key) -> seconds left (0: never expires) | nil, "not found" */
+static int l_ttl(lua_State *L)
+{
+    kh_shdict *d = dict_at(L);
+    size_t kl;
+    const char *key = luaL_checklstring(L, 2, &kl);
+    uint64_t left;
+    if (kh_shdict_ttl(d, key, kl, &left) != 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "not found");
+        return 2;
+    }
+    lua_pushnumber(L, (double)left / 1000.0);
+    return 1;
+}
+
+/* expire(d, key, ttl) -> true | false, "not found" */
+static int l_expire(lua_State *L)
+{
+    kh_shdict *d = dict_at(L);
+    size_t kl;
+    const char *key = luaL_checklstring(L, 2, &kl);
+    if (kh_shdict_expire(d, key, kl, ttl_at(L, 3)) != 0) {
+        lua_pushboolean(L, 0);
+        lua_pushliteral(L, "not found");
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* keys(d, max) -> { key, ... } (max 0: all), most recently used first */
+static int l_keys(lua_State *L)
+{
+    kh_lua *K = K_UPVALUE(L);
+    kh_shdict *d = dict_at(L);
+    lua_Number max = luaL_optnumber(L, 2, 1024);
+    if (!(max >= 0) || max > 1e9)
+        return luaL_argerror(L, 2, "max must be from 0 (all) to 1e9");
+    size_t len;
+    size_t n = kh_shdict_keys(d, (size_t)max, &K->sh_buf, &K->sh_cap, &len);
+    lua_createtable(L, n < 1u << 26 ? (int)n : 0, 0);
+    size_t o = 0;
+    for (size_t i = 1; i <= n; i++) {
+        uint32_t kl;
+        memcpy(&kl, K->sh_buf + o, sizeof kl);
+        lua_pushlstring(L, K->sh_buf + o + sizeof kl, kl);
+        lua_rawseti(L, -2, (int)i);
+        o += sizeof kl + kl;
+    }
+    return 1;
+}
+
 static int l_flush(lua_State *L)
 {
     kh_shdict_flush_all(dict_at(L));
@@ -182,7 +239,8 @@ void kh__lua_open_shared(lua_State *L, kh_lua *K)
     static const luaL_Reg fns[] = {
         {"shdict_declare", l_declare}, {"shdict_find", l_find},   {"shdict_get", l_get},
         {"shdict_set", l_set},         {"shdict_incr", l_incr},   {"shdict_delete", l_delete},
-        {"shdict_flush", l_flush},     {"shdict_stats", l_stats}, {NULL, NULL},
+        {"shdict_flush", l_flush},     {"shdict_stats", l_stats}, {"shdict_ttl", l_ttl},
+        {"shdict_expire", l_expire},   {"shdict_keys", l_keys},   {NULL, NULL},
     };
     for (const luaL_Reg *f = fns; f->name; f++) {
         lua_pushlightuserdata(L, K);

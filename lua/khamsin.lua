@@ -81,6 +81,13 @@ function k.worker_id() return core.worker_id() end
 function k.workers() return core.workers() end
 function k.now() return core.now() end
 
+-- The app script's directory (absolute), for the app's own files: io.open(k.app_dir() .. "/x")
+local app_dir
+function k.app_dir()
+    app_dir = app_dir or core.app_dir()
+    return app_dir
+end
+
 -- Waits. Each raises errors.aborted once the request is over (so pcall cleanups run).
 local core_sleep, core_timer, core_blocking = core.sleep, core.timer, core.blocking
 local is_busy = errors.is_busy
@@ -190,6 +197,45 @@ function k.publish(topic, value)
     return n
 end
 
+-- Signed values (cookies, tokens): value .. "." .. base64url(HMAC-SHA256(key, value)).
+-- k.unsign takes a key or a list of keys (the first is current, the others still accepted while
+-- they rotate out) and returns the value, or nil when no key's signature matches.
+local MIN_KEY = 16
+
+local function check_key(what, key)
+    if type(key) ~= "string" or #key < MIN_KEY then
+        raise(what .. ": the key must be a string of at least " .. MIN_KEY .. " bytes (a random "
+            .. "secret), got " .. (type(key) == "string" and (#key .. " bytes") or ("a " .. type(key))))
+    end
+end
+
+function k.sign(key, value)
+    check_key("k.sign(key, value)", key)
+    if type(value) ~= "string" then
+        raise("k.sign(key, value): value must be a string, got a " .. type(value))
+    end
+    return core.sign(key, value)
+end
+
+function k.unsign(key, signed)
+    if type(key) == "table" then
+        for i = 1, #key do check_key("k.unsign(keys, signed): key " .. i, key[i]) end
+        if #key == 0 then raise("k.unsign(keys, signed): the list of keys is empty") end
+    else
+        check_key("k.unsign(key, signed)", key)
+    end
+    if signed == nil then return nil end -- req.cookies.missing
+    if type(signed) ~= "string" then
+        raise("k.unsign(key, signed): signed must be a string, got a " .. type(signed))
+    end
+    if type(key) == "string" then return core.unsign(key, signed) end
+    for i = 1, #key do
+        local v = core.unsign(key[i], signed)
+        if v then return v end
+    end
+    return nil
+end
+
 -- khamsin.defer and khamsin.shared load on first use, not with the app (start-up time).
 local deferred = response.deferred
 
@@ -199,9 +245,14 @@ function k.resolve(id, status, body, headers)
 end
 
 -- k.shared_dict and k.shared are khamsin.shared's own functions (their errors name the caller's
--- line), fetched the first time either is looked up.
+-- line), fetched the first time either is looked up; k.json (khamsin.json) likewise.
 setmetatable(k, {
     __index = function(t, key)
+        if key == "json" then
+            local json = require "khamsin.json"
+            rawset(t, "json", json)
+            return json
+        end
         if key ~= "shared_dict" and key ~= "shared" then return nil end
         local shared = require "khamsin.shared"
         rawset(t, "shared_dict", shared.declare)

@@ -1,4 +1,5 @@
-/* test_shdict.c: kh_shdict: get/set/add/incr/delete, TTL, LRU eviction within the budget,
+/* test_shdict.c: kh_shdict: get/set/add/replace/incr/delete, TTL (ttl, expire, lazy reclaim),
+ * keys (most recent first, bounded), LRU eviction within the budget,
  * refusal of an entry larger than the budget, the registry, and 4 threads hammering one key. */
 #include <uv.h>
 
@@ -70,6 +71,66 @@ int main(void)
     uv_sleep(60);
     kh_is_int(kh_shdict_get(d, "ttl", 3, &v, &buf, &cap), KH_SHDICT_NOT_FOUND, "gone after");
     kh_is_int(kh_shdict_set(d, "ttl", 3, &t, 0, 1, NULL), 0, "add succeeds on an expired key");
+
+    kh_subtest("replace, ttl, expire");
+    kh_shdict_flush_all(d);
+    kh_shdict_value r1 = str("one"), r2 = str("two");
+    kh_is_int(kh_shdict_set(d, "r", 1, &r1, 0, KH_SHDICT_REPLACE, NULL), KH_SHDICT_NOT_FOUND,
+              "replace on an absent key: not found");
+    kh_is_int(kh_shdict_get(d, "r", 1, &v, &buf, &cap), KH_SHDICT_NOT_FOUND, "and nothing stored");
+    kh_shdict_set(d, "r", 1, &r1, 0, KH_SHDICT_SET, NULL);
+    kh_is_int(kh_shdict_set(d, "r", 1, &r2, 5000, KH_SHDICT_REPLACE, NULL), 0, "replace on a key");
+    kh_shdict_get(d, "r", 1, &v, &buf, &cap);
+    kh_is_str(v.str, v.len, "two", "replaced");
+    uint64_t left = 12345;
+    kh_is_int(kh_shdict_ttl(d, "r", 1, &left), 0, "ttl of a key");
+    kh_ok(left > 0 && left <= 5000, "its ttl is what replace gave it (%llu ms)", (unsigned long long)left);
+    kh_shdict_expire(d, "r", 1, 1);
+    uv_sleep(30);
+    kh_is_int(kh_shdict_set(d, "r", 1, &r1, 0, KH_SHDICT_REPLACE, NULL), KH_SHDICT_NOT_FOUND,
+              "replace on an expired key: not found");
+    kh_is_int(kh_shdict_ttl(d, "r", 1, &left), KH_SHDICT_NOT_FOUND, "ttl of an expired key");
+    kh_shdict_set(d, "p", 1, &r1, 0, KH_SHDICT_SET, NULL);
+    kh_is_int(kh_shdict_ttl(d, "p", 1, &left), 0, "ttl of a key without expiry");
+    kh_is_int((int)left, 0, "is 0");
+    kh_is_int(kh_shdict_expire(d, "p", 1, 5000), 0, "expire sets a ttl");
+    kh_shdict_ttl(d, "p", 1, &left);
+    kh_ok(left > 0 && left <= 5000, "now %llu ms", (unsigned long long)left);
+    kh_is_int(kh_shdict_expire(d, "p", 1, 0), 0, "expire 0 removes it");
+    kh_shdict_ttl(d, "p", 1, &left);
+    kh_is_int((int)left, 0, "never expires again");
+    kh_is_int(kh_shdict_expire(d, "zz", 2, 5), KH_SHDICT_NOT_FOUND, "expire on an absent key");
+    kh_shdict_expire(d, "p", 1, 10);
+    uv_sleep(30);
+    kh_is_int(kh_shdict_get(d, "p", 1, &v, &buf, &cap), KH_SHDICT_NOT_FOUND, "gone after expire's ttl");
+    double got;
+    kh_shdict_incr(d, "c", 1, 1, 1, 0, 5000, &got);
+    kh_is_int(kh_shdict_ttl(d, "c", 1, &left), 0, "incr with init sets the ttl");
+    kh_ok(left > 0 && left <= 5000, "%llu ms", (unsigned long long)left);
+
+    kh_subtest("keys");
+    kh_shdict_flush_all(d);
+    for (int i = 0; i < 5; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "k%d", i);
+        kh_shdict_set(d, k, strlen(k), &r1, i == 2 ? 5000 : 0, KH_SHDICT_SET, NULL);
+    }
+    char *kb = NULL;
+    size_t kcap = 0, klen;
+    kh_is_int((int)kh_shdict_keys(d, 0, &kb, &kcap, &klen), 5, "all 5 keys");
+    uint32_t l0;
+    memcpy(&l0, kb, sizeof l0);
+    kh_is_str(kb + sizeof l0, l0, "k4", "most recent first");
+    kh_is_int((int)kh_shdict_keys(d, 2, &kb, &kcap, &klen), 2, "max 2: 2 keys");
+    kh_is_int((int)klen, 2 * (4 + 2), "2 length-prefixed keys");
+    size_t used_before = kh_shdict_used(d);
+    kh_shdict_expire(d, "k2", 2, 1);
+    uv_sleep(30);
+    kh_is_int((int)kh_shdict_keys(d, 0, &kb, &kcap, &klen), 4, "an expired key is not listed");
+    kh_ok(kh_shdict_used(d) < used_before, "and its block is reclaimed by the walk");
+    kh_shdict_flush_all(d);
+    kh_is_int((int)kh_shdict_keys(d, 0, &kb, &kcap, &klen), 0, "empty dict: no keys");
+    free(kb);
 
     kh_subtest("budget: LRU eviction, refusal of a too-large entry");
     kh_shdict_flush_all(d);

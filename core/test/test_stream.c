@@ -1,8 +1,8 @@
 /* test_stream.c: what kh_stream_send_head hands the sink, with a sink that records it.
- * Checks the security fields added on TLS streams (HSTS, nosniff): added once, after the
- * handler's fields, never when the handler set its own (any case), not at all when the limits
- * are 0, and that a cleartext head reaches the sink as the very array the app passed (nothing
- * copied or added: cleartext responses stay byte-identical). */
+ * Checks the fields the engine adds: X-Request-Id on every stream (kh_reqid.h), and the security
+ * fields on TLS streams (HSTS, nosniff): added once, after the handler's fields, never when the
+ * handler set its own (any case), the security ones not at all when the limits are 0; a head
+ * whose fields already hold all of them reaches the sink as the very array the app passed. */
 #include <stdio.h>
 #include <string.h>
 
@@ -97,10 +97,22 @@ int main(void)
     int count, at;
 
     send_one(0, &ct, 1, 5);
-    kh_ok(got.ptr == &ct && got.n == 1, "cleartext: the sink gets the app's own array, as is");
+    kh_is_int(got.n, 2, "cleartext: X-Request-Id added");
+    kh_ok(strcmp(got.names[1], "X-Request-Id") == 0, "after the handler's fields");
+    unsigned wid, sid;
+    char hex[9];
+    kh_ok(sscanf(got.values[1], "%8[0-9a-f]-%u-%u", hex, &wid, &sid) == 3 && strlen(hex) == 8,
+          "a made id: %s", got.values[1]);
+    char first[64];
+    snprintf(first, sizeof first, "%s", got.values[1]);
+    send_one(0, &ct, 1, 5);
+    kh_ok(strcmp(first, got.values[1]) != 0, "the next stream's id differs: %s", got.values[1]);
+    kh_header rid[2] = {ct, {KH_STR_LIT("x-REQUEST-id"), KH_STR_LIT("mine")}};
+    send_one(0, rid, 2, 5);
+    kh_ok(got.ptr == rid && got.n == 2, "cleartext with the app's X-Request-Id (any case): as is");
 
     send_one(1, &ct, 1, -1);
-    kh_is_int(got.n, 3, "TLS: two fields added");
+    kh_is_int(got.n, 4, "TLS: three fields added");
     kh_ok(strcmp(got.names[0], "Content-Type") == 0, "the handler's fields first");
     at = find("Strict-Transport-Security", &count);
     kh_is_int(count, 1, "one Strict-Transport-Security");
@@ -112,28 +124,30 @@ int main(void)
     kh_is_int(got.clen, -1, "a streamed head keeps its unknown length");
 
     send_one(1, NULL, 0, 0);
-    kh_is_int(got.n, 2, "TLS, no fields from the app: the two are still added");
+    kh_is_int(got.n, 3, "TLS, no fields from the app: the three are still added");
 
     kh_header own[2] = {{KH_STR_LIT("STRICT-transport-Security"), KH_STR_LIT("max-age=5")}, ct};
     send_one(1, own, 2, 0);
-    kh_is_int(got.n, 3, "the handler's HSTS (any case): only nosniff added");
+    kh_is_int(got.n, 4, "the handler's HSTS (any case): only X-Request-Id and nosniff added");
     find("strict-transport-security", &count);
     kh_is_int(count, 1, "HSTS not doubled");
     kh_ok(strcmp(got.values[0], "max-age=5") == 0, "and its value kept");
 
-    kh_header both[2] = {{KH_STR_LIT("x-content-type-options"), KH_STR_LIT("nosniff")},
-                         {KH_STR_LIT("strict-transport-security"), KH_STR_LIT("max-age=0")}};
-    send_one(1, both, 2, 0);
-    kh_ok(got.ptr == both && got.n == 2, "both set by the handler: its array, as is");
+    kh_header both[3] = {{KH_STR_LIT("x-content-type-options"), KH_STR_LIT("nosniff")},
+                         {KH_STR_LIT("strict-transport-security"), KH_STR_LIT("max-age=0")},
+                         {KH_STR_LIT("X-Request-Id"), KH_STR_LIT("abc")}};
+    send_one(1, both, 3, 0);
+    kh_ok(got.ptr == both && got.n == 3, "all three set by the handler: its array, as is");
 
     /* more fields than the on-stack copy holds: the heap copy (ASan checks it is freed) */
     kh_header many[20];
     for (int i = 0; i < 20; i++)
         many[i] = (kh_header){KH_STR_LIT("X-Many"), KH_STR_LIT("v")};
     send_one(1, many, 20, 0);
-    kh_is_int(got.n, 22, "20 fields + 2");
-    kh_ok(strcmp(got.names[20], "Strict-Transport-Security") == 0 &&
-              strcmp(got.names[21], "X-Content-Type-Options") == 0,
+    kh_is_int(got.n, 23, "20 fields + 3");
+    kh_ok(strcmp(got.names[20], "X-Request-Id") == 0 &&
+              strcmp(got.names[21], "Strict-Transport-Security") == 0 &&
+              strcmp(got.names[22], "X-Content-Type-Options") == 0,
           "added after the handler's fields");
 
     cfg.limits.hsts_max_age = 600;
@@ -144,13 +158,15 @@ int main(void)
 
     cfg.limits.hsts_max_age = 0;
     send_one(1, &ct, 1, 0);
-    kh_is_int(got.n, 2, "hsts_max_age=0: no HSTS, nosniff still added");
+    kh_is_int(got.n, 3, "hsts_max_age=0: no HSTS, X-Request-Id and nosniff still added");
     find("Strict-Transport-Security", &count);
     kh_is_int(count, 0, "no HSTS");
 
     cfg.limits.tls_nosniff = 0;
     send_one(1, &ct, 1, 0);
-    kh_ok(got.ptr == &ct && got.n == 1, "both off: TLS heads pass as is");
+    kh_is_int(got.n, 2, "both off: only X-Request-Id added");
+    send_one(1, rid, 2, 0);
+    kh_ok(got.ptr == rid && got.n == 2, "both off, the app's X-Request-Id: as is");
 
     return kh_test_done();
 }

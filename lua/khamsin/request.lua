@@ -1,13 +1,11 @@
 -- khamsin.request: the `req` object. Fields are fetched from the engine on first use and cached
 -- in the table, so a handler that never looks at headers never builds a header table.
 local core = require "khamsin.core"
--- lua-cjson is loaded on the first req:json(): start-up stays in the millisecond budget
-local cjson_safe
 local errors = require "khamsin.errors"
 errors.own()
 local raise = errors.raise
 
-local rawget, rawset, setmetatable, type = rawget, rawset, setmetatable, type
+local rawget, rawset, setmetatable, type, tostring = rawget, rawset, setmetatable, type, tostring
 local tonumber, char, gsub, lower, find = tonumber, string.char, string.gsub, string.lower, string.find
 local core_head, core_headers, core_params, core_body = core.head, core.headers, core.params, core.body
 
@@ -70,8 +68,9 @@ local fields = {}
 -- req.path is the normal form the router matched (dot segments removed, "//" merged, unreserved
 -- escapes decoded; core/kh_path.h); req.target is the request-target as sent.
 local function load_head(req)
-    local method, path, query, target, authority, version, remote =
+    local method, path, query, target, authority, version, remote, scheme =
         core_head(rawget(req, "_s"), rawget(req, "_g"))
+    rawset(req, "scheme", scheme)
     rawset(req, "method", method)
     rawset(req, "path", path)
     rawset(req, "query", query or false)
@@ -81,7 +80,8 @@ local function load_head(req)
     rawset(req, "remote_addr", remote)
 end
 
-for _, f in ipairs { "method", "path", "query", "target", "authority", "version", "remote_addr" } do
+for _, f in ipairs { "method", "path", "query", "target", "authority", "version", "remote_addr",
+    "scheme" } do
     fields[f] = function(req)
         load_head(req)
         local v = rawget(req, f)
@@ -101,6 +101,21 @@ function fields.params(req)
     for k, v in pairs(p) do p[k] = unescape_path(v) end
     rawset(req, "params", p)
     return p
+end
+
+-- req.id: the client's X-Request-Id when sane, else one the engine made (core/kh_reqid.h); the
+-- same id goes back in the X-Request-Id response header and into the access log
+function fields.id(req)
+    local id = core.request_id(rawget(req, "_s"), rawget(req, "_g"))
+    rawset(req, "id", id)
+    return id
+end
+
+-- req.cookies: the Cookie header parsed (khamsin.cookies, loaded on first use)
+function fields.cookies(req)
+    local c = require("khamsin.cookies").parse(req.headers.cookie)
+    rawset(req, "cookies", c)
+    return c
 end
 
 function fields.args(req)
@@ -126,12 +141,20 @@ function Req:body()
     return body
 end
 
--- The body decoded as JSON; a body that is not JSON answers 400 unless the handler catches it.
-function Req:json()
+-- The body decoded as JSON (k.json's decoder). A body that is not JSON, or nested deeper than
+-- max_depth (default 100) levels, answers 400 with the reason and its path unless the handler
+-- catches it.
+local json_decode = core.json_decode
+local JSON_DEPTH = 100
+
+function Req:json(max_depth)
     if not is_req(self) then raise("req:json() is a method: call it with a colon") end
-    cjson_safe = cjson_safe or require "cjson.safe"
-    local v, derr = cjson_safe.decode(self:body())
-    if v == nil and derr then error(errors.http(400, "invalid JSON: " .. derr), 0) end
+    if max_depth ~= nil and (type(max_depth) ~= "number" or not (max_depth >= 1 and max_depth <= 1000)) then
+        raise("req:json(max_depth): max_depth must be a number from 1 to 1000, got "
+            .. (type(max_depth) == "number" and tostring(max_depth) or "a " .. type(max_depth)))
+    end
+    local v, derr, path = json_decode(self:body(), max_depth or JSON_DEPTH)
+    if v == nil then error(errors.http(400, "invalid JSON: " .. derr .. ", at " .. path), 0) end
     return v
 end
 

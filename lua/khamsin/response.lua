@@ -5,7 +5,6 @@
 -- more (a failed call's nil, err), a fourth value, a body on a 204/304, a header name or value
 -- the engine refuses.
 local core = require "khamsin.core"
-local cjson -- loaded on the first table body (a dlopen saved at start-up)
 local errors = require "khamsin.errors"
 
 local type, tostring, rawget, setmetatable, pairs, pcall, format =
@@ -29,10 +28,12 @@ local function describe(v)
 end
 M.describe = describe
 
+-- A table body is JSON, encoded as k.json.encode does (lua/kh_lua_json.c).
+local json_encode = core.json_encode
+
 local function json_body(who, body)
-    cjson = cjson or require "cjson"
-    local ok, out = pcall(cjson.encode, body)
-    if not ok then raise(who .. " a table that cannot be sent as JSON: " .. tostring(out)) end
+    local out, msg, path = json_encode(body)
+    if not out then raise(who .. " a table that cannot be sent as JSON: " .. msg .. ", at " .. path) end
     return out
 end
 
@@ -64,6 +65,16 @@ function Res:defer(opts)
         raise("res:defer{timeout = seconds}: the options are a table, got " .. describe(opts))
     end
     return M.deferred().new(self, opts)
+end
+
+-- Adds a Set-Cookie header (several calls: several headers). Invalid names, values or options
+-- raise at the caller's line (khamsin.cookies has the rules).
+function Res:set_cookie(name, value, opts)
+    if type(self) ~= "table" or rawget(self, "_s") == nil then
+        raise("res:set_cookie() is a method: call it with a colon")
+    end
+    local cookies = require "khamsin.cookies"
+    cookies.add(self, cookies.format(name, value, opts))
 end
 
 local res_mt = {
@@ -180,13 +191,12 @@ function M.fail(req, res, e)
             return
         end
         if type(msg) == "table" then -- k.fail(400, {error = "bad"}): JSON, as a returned table
-            cjson = cjson or require "cjson"
-            local ok, out = pcall(cjson.encode, msg)
-            if ok then
+            local out, emsg, path = json_encode(msg)
+            if out then
                 respond(res._s, res._g, e.status, out, nil, JSON)
                 return
             end
-            msg = "(k.fail's table message cannot be sent as JSON: " .. tostring(out) .. ")"
+            msg = "(k.fail's table message cannot be sent as JSON: " .. emsg .. ", at " .. path .. ")"
         elseif msg == nil then
             msg = core.reason(e.status) -- k.fail(404): "Not Found"
         end
@@ -194,7 +204,8 @@ function M.fail(req, res, e)
         return
     end
     local tb = type(e) == "table" and e.traceback or tostring(e)
-    log(0, "handler error on " .. tostring(req.method) .. " " .. tostring(req.path) .. ": " .. tb)
+    log(0, "request " .. tostring(req.id) .. ": handler error on " .. tostring(req.method) .. " "
+        .. tostring(req.path) .. ": " .. tb)
     local body = "Internal Server Error\n"
     if core.dev then body = "Internal Server Error\n\n" .. tb .. "\n" end
     respond(res._s, res._g, 500, body, nil, TEXT)

@@ -1,7 +1,9 @@
 -- khamsin.shared: dictionaries shared by every worker (core/kh_shdict.c), like OpenResty's
 -- ngx.shared.DICT. Declare one while the script loads: k.shared_dict("cache", 1024 * 1024);
 -- every worker runs the same script and gets the same dict. k.shared("cache") returns it.
--- Values: strings, numbers, booleans (nil deletes). Keys: strings. The memory is fixed (an arena
+-- Values: strings, numbers, booleans (nil deletes). Keys: strings. Each entry may have a ttl
+-- (seconds, on set/add/replace and incr's init; changed by expire, read by ttl); an expired
+-- entry reads as absent and is reclaimed lazily. get_keys(max) lists keys. The memory is fixed (an arena
 -- of `bytes`); when it is full, set/add/incr evict expired entries, then the least recently used
 -- ones; an entry larger than the largest block (power of two <= bytes) is nil, "no memory".
 -- Wrong arguments are refused here, in Lua, with messages that name the app's line
@@ -13,6 +15,7 @@ errors.own()
 local setmetatable, getmetatable, type, tostring = setmetatable, getmetatable, type, tostring
 local raise = errors.raise
 local get, set, incr, delete = core.shdict_get, core.shdict_set, core.shdict_incr, core.shdict_delete
+local SET, ADD, REPLACE = 0, 1, 2 -- kh_shdict_set's modes
 
 local M = {}
 local dicts = {}
@@ -54,14 +57,42 @@ function Dict:set(key, value, ttl)
     check(self, "set", key)
     check_value("set", value)
     check_ttl("set", ttl)
-    return set(self._d, key, value, ttl, false)
+    return set(self._d, key, value, ttl, SET)
 end
 -- add: only when absent -> true | false, "exists" | nil, "no memory"
 function Dict:add(key, value, ttl)
     check(self, "add", key)
     check_value("add", value)
     check_ttl("add", ttl)
-    return set(self._d, key, value, ttl, true)
+    return set(self._d, key, value, ttl, ADD)
+end
+-- replace: only when present -> true | false, "not found" | nil, "no memory"
+function Dict:replace(key, value, ttl)
+    check(self, "replace", key)
+    check_value("replace", value)
+    check_ttl("replace", ttl)
+    return set(self._d, key, value, ttl, REPLACE)
+end
+-- ttl(key) -> seconds left (0: never expires) | nil, "not found"
+function Dict:ttl(key)
+    check(self, "ttl", key)
+    return core.shdict_ttl(self._d, key)
+end
+-- expire(key, ttl) -> true | false, "not found"; ttl 0 (or nil): never expires
+function Dict:expire(key, ttl)
+    check(self, "expire", key)
+    check_ttl("expire", ttl)
+    return core.shdict_expire(self._d, key, ttl)
+end
+-- get_keys(max = 1024) -> { key, ... }, most recently used first; 0: all (the dict's lock is
+-- held while they are copied: bound it on a big dict)
+function Dict:get_keys(max)
+    if getmetatable(self) ~= Dict then raise("dict:get_keys() is a method: call it with a colon") end
+    if max ~= nil and (type(max) ~= "number" or not (max >= 0 and max <= 1e9) or max % 1 ~= 0) then
+        raise("dict:get_keys(max): max must be an integer from 0 (all) to 1e9, got "
+            .. (type(max) == "number" and tostring(max) or "a " .. type(max)))
+    end
+    return core.shdict_keys(self._d, max or 1024)
 end
 -- incr(key, by = 1, init?, ttl?) -> new value | nil, "not found" | "not a number"
 function Dict:incr(key, by, init, ttl)
@@ -99,6 +130,10 @@ local function wrap(name, d)
 end
 
 function M.declare(name, bytes)
+    if not core.loading() then
+        raise("k.shared_dict: dictionaries are declared while the script loads (every worker "
+            .. "declares the same ones); use k.shared(name) to reach one from a handler")
+    end
     if type(name) ~= "string" then
         raise("k.shared_dict(name, bytes): name must be a string, got a " .. type(name))
     end

@@ -1,0 +1,63 @@
+/* kh_reqid.c: see kh_reqid.h. */
+#include "kh_reqid.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+
+#include "kh_worker.h"
+
+static uv_once_t prefix_once = UV_ONCE_INIT;
+static char prefix[9];
+
+static void make_prefix(void)
+{
+    unsigned char r[4] = {0};
+    if (uv_random(NULL, NULL, r, sizeof r, 0, NULL) != 0) {
+        uint64_t t = uv_hrtime(); /* no entropy source: still differs from run to run */
+        memcpy(r, &t, sizeof r);
+    }
+    snprintf(prefix, sizeof prefix, "%02x%02x%02x%02x", r[0], r[1], r[2], r[3]);
+}
+
+int kh_reqid_sane(const char *v, size_t len)
+{
+    if (len == 0 || len > KH_REQID_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)v[i] < 0x21 || (unsigned char)v[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* n in decimal at out; returns the digits written */
+static size_t put_dec(char *out, uint64_t n)
+{
+    char tmp[24];
+    size_t k = 0;
+    do {
+        tmp[k++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    for (size_t i = 0; i < k; i++)
+        out[i] = tmp[k - 1 - i];
+    return k;
+}
+
+size_t kh_reqid(const kh_stream *s, char *out)
+{
+    const kh_header *h = kh_stream_header(s, "x-request-id", 12);
+    if (h && kh_reqid_sane(h->value.ptr, h->value.len)) {
+        memcpy(out, h->value.ptr, h->value.len);
+        return h->value.len;
+    }
+    uv_once(&prefix_once, make_prefix); /* per response: no snprintf on this path */
+    memcpy(out, prefix, 8);
+    size_t n = 8;
+    out[n++] = '-';
+    n += put_dec(out + n, (uint64_t)(s->worker ? s->worker->id : 0));
+    out[n++] = '-';
+    n += put_dec(out + n, s->id);
+    return n;
+}

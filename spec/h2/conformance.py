@@ -849,6 +849,32 @@ _bad_head("duplicate :scheme", lambda c: _std(c)[:2] + [_std(c)[1]] + _std(c)[2:
 _bad_head("duplicate :path", lambda c: _std(c)[:3] + [_std(c)[2]] + _std(c)[3:])
 
 
+def _authority(c, value, host=None):
+    hdrs = _std(c)[:3] + ([(":authority", value)] if value is not None else [])
+    return hdrs + ([("host", host)] if host is not None else [])
+
+
+# RFC 9113 §8.3.1: :authority (and host) take what HTTP/1.1 takes in Host; a host that names
+# another entity than :authority is malformed
+_bad_head(":authority with userinfo", lambda c: _authority(c, "u@localhost"))
+_bad_head(":authority with a port over 65535", lambda c: _authority(c, "localhost:99999"))
+_bad_head(":authority with an unclosed IPv6 literal", lambda c: _authority(c, "[::1"))
+_bad_head(":authority with two ports", lambda c: _authority(c, "localhost:80:80"))
+_bad_head("host with userinfo and no :authority", lambda c: _authority(c, None, "u@localhost"))
+_bad_head("host naming another entity than :authority", lambda c: _authority(c, "localhost", "evil"))
+
+
+@case("8.3.1/host equal to :authority but for case is accepted", ("status", 1, 200))
+def _(c):
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1,
+                 req(c, order=_authority(c, "LocalHost:8080", "localhost:8080"))))
+
+
+@case("8.3.1/host alone is accepted", ("status", 1, 200))
+def _(c):
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, req(c, order=_authority(c, None, "localhost"))))
+
+
 @case("8.2.2/te: trailers is accepted", ("status", 1, 200))
 def _(c):
     get(c, 1, extra=[("te", "trailers")])

@@ -306,10 +306,11 @@ M.protocols = { "h1", "h2c", "h1+tls", "h2" }
 --             body = nil, proto = "h1" | "h2c" | "h1+tls" | "h2", timeout = 10}
 -- Returns {status = 200, headers = {lower-case name = value (repeated joined by ", ")},
 -- header_list = {{name, value}, ...}, body = "...", version = "1.1" | "2"}, or nil and curl's
--- message when no response came (refused, reset, timed out).
+-- message when no response came (refused, reset, timed out), or nil when the app is stopped.
 function App:request(r)
     if type(r) == "string" then r = { path = r } end
     r = r or {}
+    if self.stopped then return nil, "khamsin.test: the app is stopped" end
     local proto = r.proto or "h1"
     local pargs = CURL[proto]
     if not pargs then error("khamsin.test: unknown proto '" .. tostring(proto) .. "' (h1, h2c, h1+tls, h2)", 2) end

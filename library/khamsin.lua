@@ -191,6 +191,11 @@ function json.decode(s, max_depth) end
 ---@return T
 function json.array(t) end
 
+--- True when `t` carries the array mark (`k.json.array`, or decoded from a JSON array).
+---@param t any
+---@return boolean
+function json.is_array(t) end
+
 ---@class khamsin.Request
 ---@field method string
 ---@field path string the normal form the router matched

@@ -6,7 +6,8 @@ what=${1:-run}
 # luajit2 (the luajit command) compiles khamsin's Lua modules to the bytecode built into the binary
 pkgs=(cmake make gcc pkg-config libluajit2-5.1-dev luajit2 libuv1-dev libnghttp2-dev libssl-dev lua-cjson curl)
 if [ "$what" = test ] || [ "$what" = bench ]; then
-  pkgs+=(lua-busted lua-socket lua-sec clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh nginx)
+  # luarocks: spec/luarocks_spec.lua; lua5.1: khamsin.test under PUC Lua (spec/khamsin_test_spec.lua)
+  pkgs+=(lua-busted lua-socket lua-sec luarocks lua5.1 clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh nginx)
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps)

@@ -9,7 +9,9 @@
  * Where the module is looked for, first match wins:
  *   1. $KHAMSIN_TLS_MODULE, a path to the file (then nothing else is tried);
  *   2. next to the binary: dirname(/proc/self/exe)/khamsin-tls.so (the build tree);
- *   3. the installed layout: dirname(/proc/self/exe)/../lib/khamsin/khamsin-tls.so.
+ *   3. the installed layout: dirname(/proc/self/exe)/../lib/khamsin/khamsin-tls.so;
+ *   4. a LuaRocks tree (khamsin.rockspec): dirname(/proc/self/exe)/../lib/lua/5.1/khamsin/
+ *      khamsin-tls.so (LuaRocks moves the rock's lib/ files to <tree>/lib/lua/5.1).
  * The functions below carry kh_tls_* names although this file is kh_tls_load.c: they are the
  * kh_tls.h interface the rest of core calls, unchanged whether TLS is built in or loaded. */
 #include <dlfcn.h>
@@ -84,7 +86,8 @@ static int load(char *err, size_t errlen)
     exe[n] = '\0';
     char *slash = strrchr(exe, '/');
     *slash = '\0';
-    static const char *const rel[] = {"/" KH_TLS_MODULE_FILE, "/../lib/khamsin/" KH_TLS_MODULE_FILE};
+    static const char *const rel[] = {"/" KH_TLS_MODULE_FILE, "/../lib/khamsin/" KH_TLS_MODULE_FILE,
+                                      "/../lib/lua/5.1/khamsin/" KH_TLS_MODULE_FILE};
     char tried[1400] = "";
     size_t used = 0;
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {

@@ -2,17 +2,22 @@
  * the bytecode built in, kh_lua_modules.c, when there is some), the app script.
  * Owns:  the lua_State (created and closed on the worker's thread).
  * In:    worker_init / worker_close from core (kh_app_vt).
- * Out:   routes in the worker's router (through khamsin.core.route); load errors as file:line. */
+ * Out:   routes in the worker's router (through khamsin.core.route); load errors as file:line.
+ * Path:  app dir, then $KHAMSIN_LUA_PATH, or the source tree's lua/ (a dev build, while it
+ *        exists), or the installed Lua dir (relative to the binary in a KH_RELOCATABLE build:
+ *        bin/../share/lua/5.1, as in a LuaRocks tree). */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kh_log.h"
 #include "kh_lua.h"
 #include "kh_lua_internal.h"
 #include "kh_lua_modules.h"
 
-static const char *lua_dir(void)
+/* buf: room for a path relative to the binary (KH_RELOCATABLE builds) */
+static const char *lua_dir(char *buf, size_t len)
 {
     const char *env = getenv("KHAMSIN_LUA_PATH");
     if (env && *env)
@@ -24,8 +29,21 @@ static const char *lua_dir(void)
         return KH_LUA_SRC_DIR;
 #endif
 #ifdef KH_LUA_INSTALL_DIR
-    return KH_LUA_INSTALL_DIR;
+    /* relative (a KH_RELOCATABLE build, e.g. a LuaRocks tree): against the binary's directory */
+    const char *inst = KH_LUA_INSTALL_DIR;
+    if (inst[0] == '/')
+        return inst;
+    char exe[900];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash == NULL)
+        return inst;
+    *slash = '\0';
+    snprintf(buf, len, "%s/%s", exe, inst);
+    return buf;
 #else
+    (void)buf;
+    (void)len;
     return ".";
 #endif
 }
@@ -38,7 +56,8 @@ void kh__lua_set_path(lua_State *L, const char *script)
         snprintf(appdir, sizeof appdir, "%.*s", (int)(slash - script), script);
     else
         snprintf(appdir, sizeof appdir, ".");
-    const char *dir = lua_dir();
+    char dirbuf[1024];
+    const char *dir = lua_dir(dirbuf, sizeof dirbuf);
     lua_getglobal(L, "package");
     lua_getfield(L, -1, "path");
     lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?/init.lua;%s", appdir, appdir, dir,

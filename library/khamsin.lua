@@ -1,0 +1,337 @@
+---@meta khamsin
+-- library/khamsin.lua: LuaLS (lua-language-server) annotations for khamsin's Lua API, for
+-- completion and type checks in editors. Never loaded by khamsin itself: point the editor at
+-- this directory ("workspace.library", README "Editor support"). Installed with the rock in
+-- <tree>/share/lua/5.1/khamsin/library/.
+-- Layout (spec/meta_spec.lua parses it and compares it with the running module, both ways):
+-- one `---@class` per object, bound to a `local NAME = {}` right after it; its functions as
+-- `function NAME.f(...) end` / `function NAME:m(...) end`; its other members as `---@field`.
+-- Keep that layout when adding a name.
+
+---@alias khamsin.Status integer an HTTP status, 200-999 (a lone number returned is a status)
+---@alias khamsin.Body string|number|table|nil a string is text/plain, a table JSON, a number text
+---@alias khamsin.Headers table<string, string|string[]|false> a list repeats a header, false removes one
+
+--- A route's handler: returns `body`, `status, body` or `status, body, headers`.
+---@alias khamsin.Handler fun(req: khamsin.Request, res: khamsin.Response): (khamsin.Status|khamsin.Body)?, khamsin.Body?, khamsin.Headers?
+
+---@class khamsin
+---@field log khamsin.log the error log
+---@field json khamsin.json JSON encoding and decoding
+local k = {}
+
+--- A GET route (it answers HEAD too). `:name` is one segment, a last `*name` the rest.
+---@param path string
+---@param handler khamsin.Handler
+function k.get(path, handler) end
+
+---@param path string
+---@param handler khamsin.Handler
+function k.post(path, handler) end
+
+---@param path string
+---@param handler khamsin.Handler
+function k.put(path, handler) end
+
+---@param path string
+---@param handler khamsin.Handler
+function k.patch(path, handler) end
+
+---@param path string
+---@param handler khamsin.Handler
+function k.delete(path, handler) end
+
+---@param path string
+---@param handler khamsin.Handler
+function k.options(path, handler) end
+
+--- A route for every method.
+---@param path string
+---@param handler khamsin.Handler
+function k.any(path, handler) end
+
+--- A route for any method token (case-sensitive), e.g. `k.route("PURGE", "/cache/*key", fn)`.
+---@param method string
+---@param path string
+---@param handler khamsin.Handler
+function k.route(method, path, handler) end
+
+--- Raises an error that answers `status` with `message` (a table is sent as JSON); not logged.
+---@param status khamsin.Status
+---@param message? string|table
+function k.fail(status, message) end
+
+--- True for the error a wait raises once the request is over (client gone, 413/408 sent).
+---@param err any
+---@return boolean
+function k.is_aborted(err) end
+
+--- True for the error `k.blocking` raises when the pool's queue is full (503 if uncaught).
+---@param err any
+---@return boolean
+function k.is_busy(err) end
+
+--- This worker's number, 0 to `k.workers() - 1`.
+---@return integer
+function k.worker_id() end
+
+--- The number of workers.
+---@return integer
+function k.workers() end
+
+--- The loop's clock, in seconds.
+---@return number
+function k.now() end
+
+--- Waits `seconds` without blocking the loop (`k.sleep(0)`: until the next loop turn).
+---@param seconds number
+function k.sleep(seconds) end
+
+--- `fn()` once after `seconds`, in a coroutine of its own.
+---@param seconds number
+---@param fn fun()
+---@return khamsin.Timer
+function k.timer(seconds, fn) end
+
+--- `fn()` every `seconds` (above 0), until `:cancel()`.
+---@param seconds number
+---@param fn fun()
+---@return khamsin.Timer
+function k.every(seconds, fn) end
+
+--- Runs `fn(...)` on a pool thread (a function without upvalues, or "module.function") and
+--- returns its results; arguments and results are copied.
+---@param fn function|string
+---@param ... any
+---@return any ...
+function k.blocking(fn, ...) end
+
+--- Answers the deferred reply `id` (`d.id`) on whichever worker holds it.
+---@param id string
+---@param status? khamsin.Status|khamsin.Body
+---@param body? khamsin.Body
+---@param headers? khamsin.Headers
+---@return boolean|nil ok
+---@return string? err
+function k.resolve(id, status, body, headers) end
+
+--- A copy of `value` to every worker's `k.subscribe(topic, fn)`; returns the number of workers.
+---@param topic string
+---@param value any
+---@return integer
+function k.publish(topic, value) end
+
+--- `fn(value, topic)` runs in a coroutine for each `k.publish(topic, value)`.
+---@param topic string
+---@param fn fun(value: any, topic: string)
+---@return fun() unsubscribe
+function k.subscribe(topic, fn) end
+
+--- Declares a dictionary shared by every worker, with a byte budget (while the script loads).
+---@param name string
+---@param bytes integer
+---@return khamsin.SharedDict
+function k.shared_dict(name, bytes) end
+
+--- The shared dictionary `name` (declared with `k.shared_dict`).
+---@param name string
+---@return khamsin.SharedDict
+function k.shared(name) end
+
+--- The app script's directory (absolute), for the app's own files.
+---@return string
+function k.app_dir() end
+
+--- `value .. "." .. base64url(HMAC-SHA256(key, value))`; a key is at least 16 bytes.
+---@param key string
+---@param value string
+---@return string
+function k.sign(key, value) end
+
+--- The value of a `k.sign`ed string, or nil when no key's signature matches (constant time).
+---@param key string|string[] a key, or a list of keys while they rotate
+---@param signed string?
+---@return string?
+function k.unsign(key, signed) end
+
+---@class khamsin.log
+local log = {}
+
+---@param ... any
+function log.err(...) end
+
+---@param ... any
+function log.warn(...) end
+
+---@param ... any
+function log.info(...) end
+
+---@param ... any
+function log.debug(...) end
+
+---@class khamsin.json
+---@field null lightuserdata JSON null (the same value as cjson.null)
+local json = {}
+
+--- Encodes `v`; raises at the caller's line, naming the value's path, for what cannot be sent.
+---@param v any
+---@return string
+function json.encode(v) end
+
+--- Decodes strict JSON; arrays come back marked (`[]` round-trips), null as `k.json.null`.
+---@param s string
+---@param max_depth? integer
+---@return any value
+---@return string? err
+function json.decode(s, max_depth) end
+
+--- Marks `t` as an array (`k.json.array({})` encodes `[]`); returns `t`.
+---@generic T: table
+---@param t T
+---@return T
+function json.array(t) end
+
+--- True when `t` carries the array mark (`k.json.array`, or decoded from a JSON array).
+---@param t any
+---@return boolean
+function json.is_array(t) end
+
+---@class khamsin.Request
+---@field method string
+---@field path string the normal form the router matched
+---@field query string? the raw query
+---@field args table<string, string|string[]> the decoded query (a repeated key gives a list)
+---@field params table<string, string> the route's `:name` and `*name` values, decoded
+---@field headers table<string, string> lower-case names, any-case lookup
+---@field version string "1.1" or "2"
+---@field remote_addr string
+---@field target string the request-target as sent
+---@field authority string?
+---@field scheme string "https" on a TLS connection, else "http"
+---@field id string the request id (X-Request-Id)
+---@field cookies table<string, string> the Cookie header, parsed
+local Request = {}
+
+--- The whole body (waits for it).
+---@return string
+function Request:body() end
+
+--- The body decoded as JSON (invalid JSON answers 400).
+---@param max_depth? integer
+---@return any
+function Request:json(max_depth) end
+
+---@class khamsin.Response
+---@field status khamsin.Status default 200
+---@field headers khamsin.Headers
+local Response = {}
+
+--- Keeps the request open after the handler returns; answer it with `d:send(...)`.
+---@param opts? {timeout: number}
+---@return khamsin.Deferred
+function Response:defer(opts) end
+
+--- Adds a Set-Cookie header.
+---@param name string
+---@param value string
+---@param opts? {path: string?, domain: string?, max_age: integer?, expires: integer?, secure: boolean?, http_only: boolean?, same_site: "Strict"|"Lax"|"None"|nil}
+function Response:set_cookie(name, value, opts) end
+
+---@class khamsin.Deferred
+---@field id string "<worker>:<n>", for `k.resolve`
+local Deferred = {}
+
+--- Answers the request (same forms as a handler's return values).
+---@param status? khamsin.Status|khamsin.Body
+---@param body? khamsin.Body
+---@param headers? khamsin.Headers
+---@return true|nil ok
+---@return "timeout"|"closed"|nil err
+function Deferred:send(status, body, headers) end
+
+--- `fn()` runs if the client leaves first.
+---@param fn fun()
+function Deferred:on_abort(fn) end
+
+--- Whether it still waits for its answer.
+---@return boolean
+function Deferred:pending() end
+
+---@class khamsin.SharedDict
+---@field name string
+local SharedDict = {}
+
+---@param key string
+---@return string|number|boolean|nil
+function SharedDict:get(key) end
+
+---@param key string
+---@param value string|number|boolean|nil nil deletes
+---@param ttl? number seconds
+---@return boolean ok
+---@return string? err
+---@return boolean? evicted
+function SharedDict:set(key, value, ttl) end
+
+--- Only when absent.
+---@param key string
+---@param value string|number|boolean
+---@param ttl? number
+---@return boolean ok
+---@return string? err "exists"
+function SharedDict:add(key, value, ttl) end
+
+--- Only when present.
+---@param key string
+---@param value string|number|boolean
+---@param ttl? number
+---@return boolean ok
+---@return string? err "not found"
+function SharedDict:replace(key, value, ttl) end
+
+---@param key string
+---@param by? number default 1
+---@param init? number
+---@param ttl? number
+---@return number? value
+---@return string? err "not found" | "not a number"
+function SharedDict:incr(key, by, init, ttl) end
+
+---@param key string
+function SharedDict:delete(key) end
+
+--- Seconds left (0: never expires).
+---@param key string
+---@return number? ttl
+---@return string? err "not found"
+function SharedDict:ttl(key) end
+
+---@param key string
+---@param ttl? number 0 or nil: never expires
+---@return boolean ok
+---@return string? err "not found"
+function SharedDict:expire(key, ttl) end
+
+--- Live keys, most recently used first (0: all).
+---@param max? integer default 1024
+---@return string[]
+function SharedDict:get_keys(max) end
+
+function SharedDict:flush_all() end
+
+---@return integer count
+---@return integer bytes_used
+---@return integer budget
+function SharedDict:stats() end
+
+---@class khamsin.Timer
+local Timer = {}
+
+--- True if it was pending.
+---@return boolean
+function Timer:cancel() end
+
+---@return boolean
+function Timer:pending() end
+
+return k

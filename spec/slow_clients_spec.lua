@@ -6,7 +6,15 @@
 -- enough, reusing connections"). Before: a flood of idle keep-alive connections, one request
 -- each, kept every new client out for keepalive_timeout_ms (60 s by default). Connections that
 -- are still sending a request are never closed for this: the new client waits for one of them.
+--
+-- A graceful stop (SIGTERM) lets an answer that is still being written reach a slow reader
+-- (within --grace). Before: an HTTP/1.1 keep-alive connection whose answer was complete but
+-- still queued for the socket was closed at once, cutting the answer.
 local server = require "spec.helpers.server"
+local cjson = require "cjson"
+
+local PY = "/usr/bin/python3"
+local READER = server.root .. "/spec/helpers/slow_reader.py"
 
 local APP = [[
 local k = require "khamsin"
@@ -117,4 +125,38 @@ describe("at the connections limit", function()
         srv:stop()
         assert(ok, err)
     end)
+end)
+
+describe("graceful stop (SIGTERM)", function()
+    local STOP_APP = [=[
+local k = require "khamsin"
+local big = string.rep("x", 4 * 1048576)
+k.get("/big", function() return big end)
+]=]
+    for _, proto in ipairs { "h1", "h2" } do
+        it("delivers a whole " .. proto .. " answer still being written to a slow reader", function()
+            local srv = server.start { app = STOP_APP, tls = false, workers = 1, args = { "--grace", "30" } }
+            local ok, err = pcall(function()
+                -- 4 MiB at ~1 MB/s: the answer is queued whole long before the reader has it
+                local cmd = string.format("timeout 60 %s %s %s %d /big 1000000 2>&1", PY, READER, proto, srv.port)
+                local p = assert(io.popen(cmd, "r"))
+                server.sleep(1.5)
+                local t_term = server.now()
+                srv:signal("TERM")
+                local out = p:read("*a")
+                p:close()
+                local line = out:match("(%b{})%s*$")
+                assert(line, "slow_reader.py printed no JSON:\n" .. out)
+                local r = cjson.decode(line)
+                assert.are.equal(200, r.status)
+                assert.are.equal(4 * 1048576, r.bytes, "the answer was cut by the graceful stop: " .. line)
+                -- and the stop ends once the answer is out, well within the grace period
+                local code = srv:wait_exit(20)
+                assert.are.equal(0, code, "exit code after SIGTERM")
+                assert.truthy(server.now() - t_term < 25, "the stop waited for the whole grace period")
+            end)
+            srv:stop()
+            assert(ok, err)
+        end)
+    end
 end)

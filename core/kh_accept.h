@@ -7,9 +7,11 @@
  * worker stops polling its listeners for the accept_backoff_ms limit and tries again when the
  * timer fires or one of its connections closes, whichever comes first; at the `connections`
  * limit it first closes its oldest idle keep-alive connections (up to 16 per wakeup, as nginx
- * reuses keep-alive connections at worker_connections), stops the same way and resumes when a
- * connection closes. Out of fds it closes none: the limit is the process's, the backlog waits. Meanwhile the clients wait
- * in the kernel's listen backlog (as nginx's do), and nothing is accepted only to be closed.
+ * reuses keep-alive connections at worker_connections), then stops the same way and resumes
+ * when a connection closes or after accept_backoff_ms (one may have gone idle since). Out of
+ * fds it closes none (the limit is the process's, shared by the workers). Meanwhile the
+ * clients wait in the kernel's listen backlog (as nginx's do), and nothing is accepted only to
+ * be closed.
  * The log says so at most once a second per worker (less often as a pause drags on), with the
  * number of clients waiting in the backlog, and once more when accepting has resumed.
  * Owns:  the listening fds once opened (closes them), two timers, the pause state.

@@ -398,6 +398,11 @@ SUMMARY = {
                            f"{d['new_client_s']} s; {d['idle_closed']} idle ones closed for it"),
     "stopslow": lambda d: (f"SIG{d['signal']} 1 s into {d['n']} readers of {d['path']} at {d['rate_Bps']} B/s: "
                            f"{d['whole']} of {d['n']} got the whole answer; exit after {d['exit_s']} s"),
+    "soak": lambda d: (f"{d['sent']} mutated requests in {d['secs']:.0f} s: "
+                       + ", ".join(f"{k} {d[k]}" for k in sorted(d) if k.endswith("xx"))
+                       + f", closed {d['closed']}, no answer {d['no_answer']}, reset {d['reset']}; RSS "
+                       f"{d['rss_10s_kb'] // 1024} MB at 10 s, {d['rss_end_kb'] // 1024} MB at the end, "
+                       f"{d['rss_after_kb'] // 1024} MB after; serving after: {d['answers_after']}"),
     "slowloris": lambda d: (f"{d['max_connected']} connections held; probe found it unavailable "
                             f"{d['unavailable_s']} of {d['seconds']} s; {d['closed_by_server']} closed by the server"),
 }

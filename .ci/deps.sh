@@ -10,7 +10,7 @@ if [ "$what" = test ] || [ "$what" = bench ]; then
   pkgs+=(lua-busted lua-socket lua-sec luarocks lua5.1 clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh nginx)
 fi
 if [ "$what" = bench ]; then
-  pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps)
+  pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps slowhttptest)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

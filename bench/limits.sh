@@ -10,12 +10,28 @@
 #   slowread  an 8 MiB answer read steadily at SLOW_RATE bytes/s with a 3 s write timeout
 #             (khamsin --write-timeout-ms 3000, nginx send_timeout 3s): delivered or cut?
 #   stopread  the same answer, the client reads 64 KiB then stops: when the server gives up
+#   idlekeep  IDLE_N keep-alive clients (one GET / each, then idle) fill the server's connection
+#             limit (khamsin --limit connections=IDLE_N, nginx worker_connections IDLE_N): is a
+#             new client served, how soon, and how many idle ones were closed for it
+#   stopslow  STOP_N clients read an 8 MiB answer at STOP_RATE B/s each; 1 s in, a graceful
+#             stop (khamsin SIGTERM, --grace 30; nginx SIGQUIT, as its SIGTERM is a fast stop):
+#             how many got the whole answer, when the server exited
+#   soak      SOAK_SECS s of mixed abuse on 2 workers: slowhttptest slowloris (300) and slow read
+#             (100, tiny windows) beside bench/lib/soak.py (mutated requests one per connection,
+#             idle keep-alive churn, pipelined downloads dropped half-read): answers by class,
+#             no answer, RSS at 10 s / at the end / 5 s after, still serving
+#   slowloris slowhttptest -H (SL_CONNS connections, a header line every 5 s, SL_SECS s) against
+#             both servers under `ulimit -n 256` with 2 workers: seconds the probe found the
+#             service unavailable, connections the server closed (header timeouts)
 #
 #   bench/limits.sh                        # ~2 min
 #   SERVERS=khamsin PARTS="fd" bench/limits.sh
 #
-# Env knobs (defaults): SERVERS="khamsin nginx-lua" PARTS="fd pipeline slowread stopread"
+# Env knobs (defaults): SERVERS="khamsin nginx-lua"
+#   PARTS="fd pipeline slowread stopread idlekeep stopslow slowloris"
 #   FD_CLIENTS=1000 FD_SECS=10 PIPE_N=1000 SLOW_RATE=1000000 BASE_PORT=25080
+#   IDLE_N=64 STOP_N=20 STOP_RATE=2000000 SL_CONNS=1000 SL_SECS=30 SOAK_SECS=120 (PARTS=soak
+#   is not in the default list: add it)
 #   KHAMSIN_BIN=build-release/khamsin KEEP_TMP=0
 # Not a throughput benchmark: nothing is pinned. The figures that matter are counts and bounds.
 set -euo pipefail
@@ -27,7 +43,15 @@ PY=/usr/bin/python3
 LIB=bench/lib/limitsbench.py
 
 SERVERS=${SERVERS:-"khamsin nginx-lua"}
-PARTS=${PARTS:-"fd pipeline slowread stopread"}
+PARTS=${PARTS:-"fd pipeline slowread stopread idlekeep stopslow slowloris"}
+IDLE_N=${IDLE_N:-64}
+STOP_N=${STOP_N:-20}
+STOP_RATE=${STOP_RATE:-2000000}
+SL_CONNS=${SL_CONNS:-1000}
+SL_SECS=${SL_SECS:-30}
+SOAK_SECS=${SOAK_SECS:-120}
+KH_EXTRA=
+NGX_WC=4096
 FD_CLIENTS=${FD_CLIENTS:-1000}
 FD_SECS=${FD_SECS:-10}
 PIPE_N=${PIPE_N:-1000}
@@ -74,7 +98,7 @@ pid $1/nginx.pid;
 load_module $NGX_MODDIR/ndk_http_module.so;
 load_module $NGX_MODDIR/ngx_http_lua_module.so;
 error_log $1/error.log warn;
-events { worker_connections 4096; }
+events { worker_connections $NGX_WC; }
 http {
   access_log off;
   send_timeout 3s;
@@ -100,7 +124,7 @@ start_server() {
   PORT=$((BASE_PORT + ${#name} % 7 + 1))
   SLOG=$TMP/$name.out
   case $name in
-    khamsin) cmd="exec $KHAMSIN_BIN --workers $workers --listen 127.0.0.1:$PORT --write-timeout-ms 3000 --log-level info bench/apps/limits.lua" ;;
+    khamsin) cmd="exec $KHAMSIN_BIN --workers $workers --listen 127.0.0.1:$PORT --write-timeout-ms 3000 --log-level info $KH_EXTRA bench/apps/limits.lua" ;;
     nginx-lua) nginx_conf "$TMP/ngx" "$PORT" "$workers"; SLOG=$TMP/ngx/error.log
       cmd="exec nginx -p $TMP/ngx/ -c $TMP/ngx/nginx.conf -e $TMP/ngx/error.log" ;;
   esac
@@ -133,7 +157,7 @@ stop_server() {
 
 log "# bench/limits.sh $STAMP"
 log "command: $CMDLINE"
-log "env: SERVERS=\"$SERVERS\" PARTS=\"$PARTS\" FD_CLIENTS=$FD_CLIENTS FD_SECS=$FD_SECS PIPE_N=$PIPE_N SLOW_RATE=$SLOW_RATE"
+log "env: SERVERS=\"$SERVERS\" PARTS=\"$PARTS\" FD_CLIENTS=$FD_CLIENTS FD_SECS=$FD_SECS PIPE_N=$PIPE_N SLOW_RATE=$SLOW_RATE IDLE_N=$IDLE_N STOP_N=$STOP_N STOP_RATE=$STOP_RATE SL_CONNS=$SL_CONNS SL_SECS=$SL_SECS SOAK_SECS=$SOAK_SECS"
 log "git: $(git rev-parse --short HEAD) ($(git status --porcelain core lua | wc -l) uncommitted changes under core/ lua/)"
 log "khamsin: $KHAMSIN_BIN sha256 $(sha256sum "$KHAMSIN_BIN" 2>/dev/null | cut -c1-16)"
 log "nginx: $(nginx -v 2>&1 | sed 's/.*: //'), kernel $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -159,6 +183,39 @@ for part in $PARTS; do
       stopread)
         start_server "$srv" 1 65536
         out=$($PY $LIB stopread "$PORT" "$SPID" /big8 20)
+        stop_server >/dev/null ;;
+      idlekeep)
+        KH_EXTRA="--limit connections=$IDLE_N" NGX_WC=$IDLE_N
+        start_server "$srv" 1 65536
+        KH_EXTRA= NGX_WC=4096
+        out=$($PY $LIB idlekeep "$PORT" "$SPID" "$IDLE_N")
+        stop_server >/dev/null ;;
+      stopslow)
+        KH_EXTRA="--grace 30"
+        start_server "$srv" 1 65536
+        KH_EXTRA=
+        sig=TERM; [[ $srv == nginx-lua ]] && sig=QUIT
+        out=$($PY $LIB stopslow "$PORT" "$SPID" $sig "$STOP_N" /big8 "$STOP_RATE")
+        stop_server >/dev/null ;;
+      slowloris)
+        command -v slowhttptest >/dev/null || fail "slowloris needs slowhttptest (.ci/deps.sh bench)"
+        start_server "$srv" 2 256
+        timeout $((SL_SECS + 60)) slowhttptest -H -c "$SL_CONNS" -r 200 -i 5 -l "$SL_SECS" -p 3 \
+          -u "http://127.0.0.1:$PORT/" -g -o "$TMP/sl-$srv" >"$TMP/sl-$srv.txt" 2>&1 || true
+        out=$($PY $LIB slowloris "$TMP/sl-$srv.csv")
+        stop_server >/dev/null ;;
+      soak)
+        command -v slowhttptest >/dev/null || fail "soak needs slowhttptest (.ci/deps.sh bench)"
+        start_server "$srv" 2 65536
+        timeout $((SOAK_SECS + 30)) slowhttptest -H -c 300 -r 100 -i 5 -l "$SOAK_SECS" -p 3 \
+          -u "http://127.0.0.1:$PORT/" >/dev/null 2>&1 &
+        sh1=$!
+        timeout $((SOAK_SECS + 30)) slowhttptest -X -c 100 -r 50 -w 1 -y 64 -n 2 -z 32 -k 4 \
+          -l "$SOAK_SECS" -p 3 -u "http://127.0.0.1:$PORT/big" >/dev/null 2>&1 &
+        sh2=$!
+        out=$($PY bench/lib/soak.py "$PORT" "$SPID" "$SOAK_SECS" 9)
+        kill "$sh1" "$sh2" 2>/dev/null || true
+        wait "$sh1" "$sh2" 2>/dev/null || true
         stop_server >/dev/null ;;
       *) fail "unknown part $part" ;;
     esac

@@ -23,6 +23,9 @@
 /* Connections accepted per wakeup and listener: enough to drain a burst in few loop turns,
  * few enough that the worker's open connections get their turn in between. */
 #define ACCEPT_BATCH 64
+/* Idle keep-alive connections closed per wakeup at the `connections` limit (nginx closes up to
+ * 32 of its reusable connections each time it runs out, ngx_drain_connections). */
+#define REUSE_BATCH 16
 #define REPORT_TICK_MS 1000
 #define REPORT_GAP_MAX_MS 32000
 
@@ -72,8 +75,9 @@ static void why(kh_worker *w, char *out, size_t cap)
 {
     kh_accept *a = &w->accept;
     if (a->paused & KH_ACCEPT_P_LIMIT) {
-        snprintf(out, cap, "connection limit (%llu) reached; resumes when a connection closes",
-                 (unsigned long long)w->limits->connections);
+        snprintf(out, cap, "connection limit (%llu) reached; resumes when a connection closes "
+                 "(%llu idle keep-alive connections closed to make room)",
+                 (unsigned long long)w->limits->connections, (unsigned long long)a->reused);
         return;
     }
     const char *what = (a->err == EMFILE || a->err == ENFILE) ? "out of file descriptors"
@@ -156,10 +160,11 @@ static void pause_accepting(kh_worker *w, int reason, int err)
     for (int i = 0; i < a->n; i++)
         if (a->ls[i].fd >= 0)
             uv_poll_stop(&a->ls[i].poll);
-    if (reason == KH_ACCEPT_P_FDS) {
+    if (reason == KH_ACCEPT_P_FDS)
         a->err = err;
-        uv_timer_start(&a->backoff, backoff_cb, w->limits->accept_backoff_ms, 0);
-    }
+    /* at the limit too: a connection that has gone idle since can make room for a waiting
+     * client (poll_cb closes it), and no close would tell us */
+    uv_timer_start(&a->backoff, backoff_cb, w->limits->accept_backoff_ms, 0);
     a->pauses++;
     a->tick_pauses++;
     if (uv_is_active((uv_handle_t *)&a->report))
@@ -196,7 +201,8 @@ static void resume(kh_worker *w)
 static void backoff_cb(uv_timer_t *t)
 {
     kh_worker *w = t->data;
-    w->accept.paused &= ~KH_ACCEPT_P_FDS;
+    /* poll_cb pauses again at once if still at the limit or out of fds */
+    w->accept.paused &= ~(KH_ACCEPT_P_FDS | KH_ACCEPT_P_LIMIT);
     resume(w);
 }
 
@@ -205,13 +211,12 @@ void kh_accept_on_conn_closed(kh_worker *w)
     kh_accept *a = &w->accept;
     if (KH_LIKELY(a->paused == 0))
         return;
-    if (a->paused & KH_ACCEPT_P_FDS) {
-        /* a closed connection gave an fd back: try now rather than at the end of the back-off */
-        uv_timer_stop(&a->backoff);
-        a->paused &= ~KH_ACCEPT_P_FDS;
-    }
+    /* a closed connection gave an fd back: try now rather than at the end of the back-off */
+    a->paused &= ~KH_ACCEPT_P_FDS;
     if ((a->paused & KH_ACCEPT_P_LIMIT) && w->num_conns < w->limits->connections)
         a->paused &= ~KH_ACCEPT_P_LIMIT;
+    if (a->paused == 0)
+        uv_timer_stop(&a->backoff);
     resume(w);
 }
 
@@ -228,6 +233,14 @@ static void poll_cb(uv_poll_t *p, int status, int events)
     }
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         if (w->num_conns >= w->limits->connections) {
+            /* A client waits and every slot is taken: the oldest idle keep-alive connections
+             * make room, closed the way their keepalive_timeout_ms would close them (h2: with
+             * GOAWAY), as nginx reuses its keep-alive connections when worker_connections run
+             * out. Else a flood of idle keep-alive connections kept every new client out for
+             * keepalive_timeout_ms. The closes complete on the next loop turn, and each one
+             * resumes accepting (kh_accept_on_conn_closed). Connections that are reading a
+             * request or writing an answer are never closed for this. */
+            a->reused += (uint64_t)kh_timeq_expire_oldest(&w->timeq[KH_TO_IDLE], REUSE_BATCH);
             pause_accepting(w, KH_ACCEPT_P_LIMIT, 0);
             return;
         }

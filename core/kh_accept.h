@@ -6,8 +6,12 @@
  * Instead, when the process is out of file descriptors (EMFILE/ENFILE; also ENOBUFS/ENOMEM) a
  * worker stops polling its listeners for the accept_backoff_ms limit and tries again when the
  * timer fires or one of its connections closes, whichever comes first; at the `connections`
- * limit it stops the same way and resumes when a connection closes. Meanwhile the clients wait
- * in the kernel's listen backlog (as nginx's do), and nothing is accepted only to be closed.
+ * limit it first closes its oldest idle keep-alive connections (up to 16 per wakeup, as nginx
+ * reuses keep-alive connections at worker_connections), then stops the same way and resumes
+ * when a connection closes or after accept_backoff_ms (one may have gone idle since). Out of
+ * fds it closes none (the limit is the process's, shared by the workers). Meanwhile the
+ * clients wait in the kernel's listen backlog (as nginx's do), and nothing is accepted only to
+ * be closed.
  * The log says so at most once a second per worker (less often as a pause drags on), with the
  * number of clients waiting in the backlog, and once more when accepting has resumed.
  * Owns:  the listening fds once opened (closes them), two timers, the pause state.
@@ -48,6 +52,7 @@ typedef struct kh_accept {
      * paused" line may go out, and the gap after that one (doubles up to 32 s) */
     uint64_t episode_at, last_line_at, next_line_at, line_gap;
     uint64_t episode_accepted;
+    uint64_t reused; /* idle keep-alive connections closed at the `connections` limit (ever) */
 } kh_accept;
 
 /* worker_prepare, on any thread before the loop runs: the timers. */

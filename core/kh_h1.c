@@ -510,9 +510,16 @@ static void h1_on_shutdown(kh_conn *c)
 {
     h1_conn *h = H(c);
     h->flags |= H1_SHUTDOWN;
-    if (h->phase == PH_HEAD && c->in.len == 0 && h->s == NULL)
-        kh_conn_close(c);
-    else if (h->s && !(h->s->flags & KH_STREAM_F_HEAD_SENT))
+    if (h->phase == PH_HEAD && c->in.len == 0 && h->s == NULL) {
+        /* between requests; an answer can still be on its way out to a slow reader (a
+         * keep-alive request is finished once its answer is queued): close after it */
+        h->phase = PH_CLOSED;
+        kh_conn_set_timeout(c, KH_TO_NONE);
+        if (kh_conn_out_pending(c) == 0)
+            kh_conn_close(c);
+        else
+            kh_conn_close_after_write(c);
+    } else if (h->s && !(h->s->flags & KH_STREAM_F_HEAD_SENT))
         HS(h->s)->keepalive = 0;
 }
 

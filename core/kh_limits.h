@@ -20,7 +20,7 @@
     X(keepalive_timeout_ms, 60000, 0, 3600000, "idle keep-alive connection lifetime (0: no keep-alive)") \
     X(write_timeout_ms, 30000, 50, 3600000, "max time a response write may stall")                 \
     X(h1_out_high_water, 262144, 16384, 67108864, "HTTP/1.1 bytes queued for the socket before the next pipelined request waits") \
-    X(connections, 100000, 1, 10000000, "open connections per worker (then it stops accepting until one closes)") \
+    X(connections, 100000, 1, 10000000, "open connections per worker (then idle keep-alive ones make room, or it stops accepting)") \
     X(accept_backoff_ms, 100, 1, 60000, "out of file descriptors (EMFILE/ENFILE): stop accepting this long or until a connection closes") \
     X(lua_coroutine_cache, 1024, 0, 1000000, "finished coroutines kept for reuse per worker")     \
     X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing") \

@@ -39,6 +39,18 @@ void kh_timeq_expire(kh_timeq *q, uint64_t now)
     }
 }
 
+int kh_timeq_expire_oldest(kh_timeq *q, int n)
+{
+    int done = 0;
+    while (done < n && q->head.next != &q->head) {
+        kh_timer *t = q->head.next;
+        kh_timer_remove(t);
+        q->cb(t);
+        done++;
+    }
+    return done;
+}
+
 uint64_t kh_timeq_next(const kh_timeq *q)
 {
     return q->head.next == &q->head ? UINT64_MAX : q->head.next->deadline;

@@ -35,6 +35,10 @@ static inline int kh_timer_active(const kh_timer *t)
 /* Calls cb for (and removes) every entry whose deadline is <= now. The callback may re-queue or
  * free its entry's owner. */
 void kh_timeq_expire(kh_timeq *q, uint64_t now);
+/* Calls cb for (and removes) the n oldest entries, whatever their deadline (a timeout brought
+ * forward: kh_accept closes idle keep-alive connections early at the `connections` limit).
+ * Returns how many it called. */
+int kh_timeq_expire_oldest(kh_timeq *q, int n);
 /* Earliest deadline in q, or UINT64_MAX when empty. */
 uint64_t kh_timeq_next(const kh_timeq *q);
 

@@ -193,11 +193,12 @@ describe("the connections limit", function()
         .. "accepts only to close", function()
         local srv = server.start { app = APP, tls = false, args = { "--limit", "connections=3" } }
         local ok, err = pcall(function()
+            -- three clients still sending their heads (an idle keep-alive connection would
+            -- make room for the next: spec/slow_clients_spec.lua)
             local conns = {}
             for i = 1, 3 do
                 conns[i] = assert(srv:raw_conn())
-                conns[i]:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-                assert.are.equal(200, assert(conns[i]:read_response()).status)
+                conns[i]:send("GET / HTTP/1.1\r\nHost: x\r\n")
             end
             local c4 = assert(srv:raw_conn())
             c4:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")

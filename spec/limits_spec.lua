@@ -385,11 +385,12 @@ describe("limits", function()
         teardown(function() if srv then srv:stop() end end)
 
         it("serves no more than `connections` at once, and serves again once one closes", function()
+            -- three clients still sending their heads (idle keep-alive connections would make
+            -- room for the 4th: spec/slow_clients_spec.lua)
             local conns = {}
             for i = 1, 3 do
                 conns[i] = assert(srv:raw_conn())
-                conns[i]:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-                assert.are.equal(200, assert(conns[i]:read_response()).status)
+                conns[i]:send("GET / HTTP/1.1\r\nHost: x\r\n")
             end
             -- the 4th: refused, closed, 503, or left waiting in the backlog; never served now
             local c4 = srv:raw_conn()

@@ -15,6 +15,15 @@ prints one JSON line of figures. Every loop here is bounded in count and time.
   stopread PORT PID PATH SECS         GET PATH, read 64 KiB, then stop reading: time until the
                                       server gives the connection up (its socket leaves
                                       ESTABLISHED in /proc/net/tcp), at most SECS
+  idlekeep PORT PID N                 N keep-alive clients, one GET / each, then idle (the
+                                      server's connection limit): is a new client served, and
+                                      how soon; how many idle ones the server closed for it
+  stopslow PORT PID SIG N PATH RATE   N clients GET PATH and read it at RATE bytes/s each; 1 s
+                                      in, signal SIG (a graceful stop): whole answers delivered,
+                                      and when the server exited
+  slowloris CSV                       the figures of a slowhttptest -g CSV: seconds sampled,
+                                      seconds the probe found the service unavailable, most
+                                      connections held, connections the server closed
 """
 import json
 import os
@@ -284,6 +293,97 @@ def stopread(port, pid, path, secs):
             "limit_s": secs}
 
 
+def idlekeep(port, pid, n):
+    conns, served = [], 0
+    for _ in range(n):
+        s = socket.socket()
+        s.settimeout(3)
+        try:
+            s.connect(("127.0.0.1", port))
+            s.sendall(REQ)
+            if s.recv(4096).startswith(b"HTTP/1.1 200"):
+                served += 1
+        except OSError:
+            pass
+        conns.append(s)
+    got = one_get(port, 15)
+    closed = 0
+    for s in conns:
+        s.settimeout(0.05)
+        try:
+            if s.recv(4096) == b"":
+                closed += 1
+        except socket.timeout:
+            pass
+        except OSError:
+            closed += 1
+        s.close()
+    return {"n": n, "served": served, "new_client_s": None if got is None else round(got, 2),
+            "idle_closed": closed}
+
+
+def stopslow(port, pid, sig, n, path, rate):
+    import signal
+    conns = [http_get_stream(port, path, 65536) for _ in range(n)]
+    for s in conns:
+        s.setblocking(False)
+    got = [b"" for _ in conns]
+    done = [False] * n
+    t0 = time.monotonic()
+    signalled = exited = None
+    tick = 0.05
+    while time.monotonic() - t0 < 120 and not all(done):
+        for i, s in enumerate(conns):
+            if done[i]:
+                continue
+            try:
+                chunk = s.recv(int(rate * tick))
+                if not chunk:
+                    done[i] = True
+                got[i] += chunk
+            except BlockingIOError:
+                pass
+            except OSError:
+                done[i] = True
+        if signalled is None and time.monotonic() - t0 >= 1:
+            os.kill(pid, getattr(signal, "SIG" + sig))
+            signalled = time.monotonic()
+        if signalled is not None and exited is None and not os.path.exists(f"/proc/{pid}/status"):
+            exited = time.monotonic() - signalled
+        time.sleep(tick)
+    for s in conns:
+        s.close()
+    while exited is None and signalled is not None and time.monotonic() - signalled < 60:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(") ")[1].startswith("Z"):
+                    exited = time.monotonic() - signalled
+        except OSError:
+            exited = time.monotonic() - signalled
+        time.sleep(0.05)
+    whole = 0
+    for g in got:
+        h, _, body = g.partition(b"\r\n\r\n")
+        for line in h.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:") and len(body) >= int(line.split(b":")[1]):
+                whole += 1
+    return {"n": n, "path": path, "rate_Bps": rate, "signal": sig, "whole": whole,
+            "bytes": sum(len(g) for g in got), "exit_s": None if exited is None else round(exited, 1)}
+
+
+def slowloris(csv):
+    rows = []
+    with open(csv) as f:
+        next(f)
+        for line in f:
+            p = line.strip().split(",")
+            if len(p) >= 5:
+                rows.append([int(x) for x in p[:5]])
+    return {"seconds": len(rows), "unavailable_s": sum(1 for r in rows if r[4] == 0),
+            "max_connected": max((r[3] for r in rows), default=0),
+            "closed_by_server": rows[-1][1] if rows else 0}
+
+
 SUMMARY = {
     "fd": lambda d: (f"served {d['served']}, queued {d['queued']}, refused {d['refused']} of {d['clients']}; "
                      f"CPU {d['cpu_pct']}%; {d['log_lines']} log lines; recovered after {d['recovered_s']} s; "
@@ -294,6 +394,17 @@ SUMMARY = {
                            + ("complete" if d["complete"] else "CUT")),
     "stopread": lambda d: (f"read {d['read_bytes']} B then stopped: server gave up after {d['closed_after_s']} s "
                            f"(watched {d['limit_s']} s)"),
+    "idlekeep": lambda d: (f"{d['served']} of {d['n']} idle keep-alive at the limit; a new client served after "
+                           f"{d['new_client_s']} s; {d['idle_closed']} idle ones closed for it"),
+    "stopslow": lambda d: (f"SIG{d['signal']} 1 s into {d['n']} readers of {d['path']} at {d['rate_Bps']} B/s: "
+                           f"{d['whole']} of {d['n']} got the whole answer; exit after {d['exit_s']} s"),
+    "soak": lambda d: (f"{d['sent']} mutated requests in {d['secs']:.0f} s: "
+                       + ", ".join(f"{k} {d[k]}" for k in sorted(d) if k.endswith("xx"))
+                       + f", closed {d['closed']}, no answer {d['no_answer']}, reset {d['reset']}; RSS "
+                       f"{d['rss_10s_kb'] // 1024} MB at 10 s, {d['rss_end_kb'] // 1024} MB at the end, "
+                       f"{d['rss_after_kb'] // 1024} MB after; serving after: {d['answers_after']}"),
+    "slowloris": lambda d: (f"{d['max_connected']} connections held; probe found it unavailable "
+                            f"{d['unavailable_s']} of {d['seconds']} s; {d['closed_by_server']} closed by the server"),
 }
 
 
@@ -317,6 +428,12 @@ def main():
         out = slowread(int(args[0]), int(args[1]), args[2], int(args[3]), float(args[4]))
     elif cmd == "stopread":
         out = stopread(int(args[0]), int(args[1]), args[2], float(args[3]))
+    elif cmd == "idlekeep":
+        out = idlekeep(int(args[0]), int(args[1]), int(args[2]))
+    elif cmd == "stopslow":
+        out = stopslow(int(args[0]), int(args[1]), args[2], int(args[3]), args[4], int(args[5]))
+    elif cmd == "slowloris":
+        out = slowloris(args[0])
     else:
         sys.exit(__doc__)
     print(json.dumps(out), flush=True)

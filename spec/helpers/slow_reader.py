@@ -95,7 +95,11 @@ class H2:
                 self.c.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
             elif isinstance(e, self.ev.StreamEnded):
                 self.done = True
-            elif isinstance(e, (self.ev.StreamReset, self.ev.ConnectionTerminated)):
+            elif isinstance(e, self.ev.ConnectionTerminated):
+                # a graceful GOAWAY (NO_ERROR) that covers our stream lets it complete
+                if e.error_code != 0 or (e.last_stream_id or 0) < self.sid:
+                    raise ConnectionError(type(e).__name__)
+            elif isinstance(e, self.ev.StreamReset):
                 raise ConnectionError(type(e).__name__)
         out = self.c.data_to_send()
         if out:

@@ -17,7 +17,7 @@ local socket = require "socket"
 
 local PY = "/usr/bin/python3"
 local CLIENT = server.root .. "/spec/h2/h2c_upgrade.py"
-local NGINX = "/usr/sbin/nginx"
+local nginx = require "helpers.nginx"
 
 local APP = [[
 local k = require "khamsin"
@@ -56,31 +56,11 @@ local function upgrade_request(extra)
     return "GET / HTTP/1.1\r\nHost: x\r\n" .. extra .. "\r\n"
 end
 
-local function free_port()
-    local s = assert(socket.bind("127.0.0.1", 0))
-    local _, port = s:getsockname()
-    s:close()
-    return tonumber(port)
-end
-
--- nginx in front of a khamsin port, with the WebSocket proxy lines and /admin denied.
+-- nginx in front of a khamsin port, with the WebSocket proxy lines and /admin denied
+-- (spec/helpers/nginx.lua starts and stops it).
 local function start_nginx(backend_port)
-    local dir = sh("mktemp -d /tmp/kh-nginx.XXXXXX"):gsub("%s+$", "")
-    sh("mkdir -p " .. dir .. "/logs " .. dir .. "/tmp")
-    for _ = 1, 5 do
-        local port = free_port()
-        local conf = ([[
-worker_processes 1;
-error_log DIR/logs/error.log info;
-pid DIR/nginx.pid;
-events { worker_connections 64; }
-http {
-    access_log DIR/logs/access.log;
-    client_body_temp_path DIR/tmp/body;
-    proxy_temp_path DIR/tmp/proxy;
-    fastcgi_temp_path DIR/tmp/fastcgi;
-    uwsgi_temp_path DIR/tmp/uwsgi;
-    scgi_temp_path DIR/tmp/scgi;
+    return nginx.start(function(ports)
+        return ([[
     server {
         listen 127.0.0.1:PORT;
         location /admin { deny all; }
@@ -90,42 +70,8 @@ http {
             proxy_set_header Upgrade $http_upgrade;
             proxy_set_header Connection "upgrade";
         }
-    }
-}
-]]):gsub("DIR", dir):gsub("BACKEND", tostring(backend_port)):gsub("PORT", tostring(port))
-        server.write_file(dir .. "/nginx.conf", conf)
-        os.execute(string.format("sh -c %s </dev/null >/dev/null 2>&1 &", server.sh_quote(string.format(
-            "%s -p %s -c %s -g 'daemon off;' >%s/logs/stdout 2>&1 & echo $! >%s/nginx-master.pid; wait",
-            NGINX, dir, dir .. "/nginx.conf", dir, dir))))
-        local up = server.wait_until(10, function()
-            local c = socket.connect("127.0.0.1", port)
-            if c then
-                c:close()
-                return true
-            end
-            -- nginx gave up (port taken meanwhile): try another port
-            local log = server.read_file(dir .. "/logs/error.log") or ""
-            if log:match("emerg") then return false end
-        end)
-        local ngx = { dir = dir, port = port }
-        if up then return ngx end
-        local pid = (server.read_file(dir .. "/nginx-master.pid") or ""):match("%d+")
-        if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
-        os.remove(dir .. "/logs/error.log")
-    end
-    sh("rm -rf " .. dir)
-    error("nginx did not start")
-end
-
-local function stop_nginx(ngx)
-    if not ngx then return end
-    local pid = (server.read_file(ngx.dir .. "/nginx-master.pid") or ""):match("%d+")
-    if pid then
-        os.execute("kill -TERM " .. pid .. " 2>/dev/null")
-        server.wait_until(10, function() return sh("kill -0 " .. pid .. " 2>/dev/null; echo $?"):match("^1") end)
-        os.execute("kill -KILL " .. pid .. " 2>/dev/null")
-    end
-    sh("rm -rf " .. ngx.dir)
+    }]]):gsub("BACKEND", tostring(backend_port)):gsub("PORT", tostring(ports[1]))
+    end)
 end
 
 describe("Upgrade: h2c", function()
@@ -256,7 +202,7 @@ describe("Upgrade: h2c", function()
     describe("behind nginx with the WebSocket proxy lines", function()
         local ngx, srv
         after_each(function()
-            stop_nginx(ngx)
+            nginx.stop(ngx)
             ngx = nil
             if srv then srv:stop() end
             srv = nil

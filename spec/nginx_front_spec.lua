@@ -8,10 +8,8 @@
 -- teardown stops it (TERM, then KILL) by the pid it started, whatever the tests did, and
 -- removes the prefix.
 local server = require "helpers.server"
-local socket = require "socket"
+local nginx = require "helpers.nginx"
 local cjson = require "cjson"
-
-local NGINX = "/usr/sbin/nginx"
 
 local APP = [[
 local k = require "khamsin"
@@ -21,86 +19,17 @@ k.get("/files/:name", function(req) return "name=" .. req.params.name end)
 k.get("/echo/*rest", function(req) return { path = req.path, target = req.target } end)
 ]]
 
-local function capture(cmd)
-    local p = assert(io.popen(cmd, "r"))
-    local out = p:read("*a")
-    p:close()
-    return out
-end
-
-local function free_port()
-    local s = assert(socket.bind("127.0.0.1", 0))
-    local _, port = s:getsockname()
-    s:close()
-    return tonumber(port)
-end
-
-local function alive(pid)
-    if not pid then return false end
-    local r = os.execute("kill -0 " .. pid .. " 2>/dev/null")
-    return r == 0 or r == true -- LuaJIT: a status; Lua 5.2+: true
-end
-
--- Starts nginx in front of 127.0.0.1:kport; returns {dir, pid, port} or raises.
+-- nginx in front of 127.0.0.1:kport (spec/helpers/nginx.lua starts and stops it)
 local function start_nginx(kport)
-    local dir = capture("mktemp -d /tmp/kspec-nginx.XXXXXX"):gsub("%s+$", "")
-    assert(dir:match("^/tmp/kspec%-nginx%.%w+$"), "mktemp failed")
-    local ngx = { dir = dir }
-    for attempt = 1, 5 do
-        local port = free_port()
-        local conf = table.concat({
-            "worker_processes 1;",
-            "events { worker_connections 64; }",
-            "http {",
-            "  access_log off;",
-            "  client_body_temp_path " .. dir .. "/body;",
-            "  proxy_temp_path " .. dir .. "/proxy;",
-            "  fastcgi_temp_path " .. dir .. "/fastcgi;",
-            "  uwsgi_temp_path " .. dir .. "/uwsgi;",
-            "  scgi_temp_path " .. dir .. "/scgi;",
+    return nginx.start(function(ports)
+        return table.concat({
             "  server {",
-            "    listen 127.0.0.1:" .. port .. ";",
+            "    listen 127.0.0.1:" .. ports[1] .. ";",
             "    location /admin/ { return 403; }",
             "    location / { proxy_pass http://127.0.0.1:" .. kport .. "; }",
             "  }",
-            "}",
         }, "\n")
-        server.write_file(dir .. "/nginx.conf", conf)
-        -- $! is nginx itself (daemon off: the master stays in the foreground)
-        local cmd = string.format("cd %s && { %s -p %s -c %s -e stderr -g %s >nginx.log 2>&1 & echo $!; }",
-            server.sh_quote(dir), NGINX, server.sh_quote(dir .. "/"), server.sh_quote(dir .. "/nginx.conf"),
-            server.sh_quote("daemon off; pid " .. dir .. "/nginx.pid; error_log stderr;"))
-        ngx.pid = tonumber(capture(cmd):match("%d+"))
-        ngx.port = port
-        local up = server.wait_until(10, function()
-            if not alive(ngx.pid) then return "dead" end
-            local c = socket.tcp()
-            c:settimeout(0.2)
-            local ok = c:connect("127.0.0.1", port)
-            c:close()
-            return ok and "up" or nil
-        end, 0.05)
-        if up == "up" then return ngx end
-        -- the port was taken between the probe and nginx's bind, or nginx did not start
-        if alive(ngx.pid) then os.execute("kill -KILL " .. ngx.pid .. " 2>/dev/null") end
-        ngx.pid = nil
-        if attempt == 5 then
-            error("nginx did not start:\n" .. (server.read_file(dir .. "/nginx.log") or ""))
-        end
-    end
-end
-
-local function stop_nginx(ngx)
-    if not ngx then return end
-    if ngx.pid and alive(ngx.pid) then
-        os.execute("kill -TERM " .. ngx.pid .. " 2>/dev/null")
-        if not server.wait_until(10, function() return not alive(ngx.pid) end, 0.05) then
-            os.execute("kill -KILL " .. ngx.pid .. " 2>/dev/null")
-        end
-    end
-    if ngx.dir and ngx.dir:match("^/tmp/kspec%-nginx%.%w+$") then
-        os.execute("rm -rf " .. server.sh_quote(ngx.dir))
-    end
+    end)
 end
 
 -- One request through nginx, the target sent byte for byte.
@@ -121,7 +50,7 @@ describe("nginx in front", function()
         ngx = start_nginx(srv.port)
     end)
     teardown(function()
-        stop_nginx(ngx)
+        nginx.stop(ngx)
         if srv then srv:stop() end
     end)
 

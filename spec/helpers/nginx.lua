@@ -4,7 +4,7 @@
 --        ports it listens on (each picked free here).
 -- Out:   {dir, pid, port, ports}: nginx up, every one of its ports accepting (port = ports[1]).
 -- Never: talks to anything but loopback, kills a process it did not start, leaves the prefix.
--- The same start/stop steps as spec/nginx_front_spec.lua: daemon off, so $! is the master.
+-- daemon off, so $! is the master. Used by the nginx_front, h2c_upgrade and smuggling specs.
 local server = require "helpers.server"
 local socket = require "socket"
 

@@ -52,27 +52,19 @@ function Dict:get(key)
     check(self, "get", key)
     return get(self._d, key)
 end
+-- set, add and replace: the same checks, then one store with its mode
+local function store(self, what, mode, key, value, ttl)
+    check(self, what, key)
+    check_value(what, value)
+    check_ttl(what, ttl)
+    return set(self._d, key, value, ttl, mode)
+end
 -- set(key, value, ttl_seconds?) -> true, nil, evicted | nil, "no memory"
-function Dict:set(key, value, ttl)
-    check(self, "set", key)
-    check_value("set", value)
-    check_ttl("set", ttl)
-    return set(self._d, key, value, ttl, SET)
-end
+function Dict:set(key, value, ttl) return store(self, "set", SET, key, value, ttl) end
 -- add: only when absent -> true | false, "exists" | nil, "no memory"
-function Dict:add(key, value, ttl)
-    check(self, "add", key)
-    check_value("add", value)
-    check_ttl("add", ttl)
-    return set(self._d, key, value, ttl, ADD)
-end
+function Dict:add(key, value, ttl) return store(self, "add", ADD, key, value, ttl) end
 -- replace: only when present -> true | false, "not found" | nil, "no memory"
-function Dict:replace(key, value, ttl)
-    check(self, "replace", key)
-    check_value("replace", value)
-    check_ttl("replace", ttl)
-    return set(self._d, key, value, ttl, REPLACE)
-end
+function Dict:replace(key, value, ttl) return store(self, "replace", REPLACE, key, value, ttl) end
 -- ttl(key) -> seconds left (0: never expires) | nil, "not found"
 function Dict:ttl(key)
     check(self, "ttl", key)

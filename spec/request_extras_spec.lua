@@ -95,6 +95,8 @@ describe("request extras", function()
                 assert.truthy(server.wait_until(5, function()
                     return srv:log():find("request " .. id .. ": handler error on GET /boom: ", 1, true)
                 end), srv:log())
+                -- once: the line is not prefixed twice
+                assert.falsy(srv:log():find("request " .. id .. ": request ", 1, true), srv:log())
             end)
 
             it("starts a k.log line from a handler with the request id, not one from a timer", function()

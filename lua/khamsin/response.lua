@@ -204,7 +204,8 @@ function M.fail(req, res, e)
         return
     end
     local tb = type(e) == "table" and e.traceback or tostring(e)
-    log(0, "request " .. tostring(req.id) .. ": handler error on " .. tostring(req.method) .. " "
+    -- core.log starts the line with "request <id>: " (it runs in the request's coroutine)
+    log(0, "handler error on " .. tostring(req.method) .. " "
         .. tostring(req.path) .. ": " .. tb)
     local body = "Internal Server Error\n"
     if core.dev then body = "Internal Server Error\n\n" .. tb .. "\n" end

@@ -166,15 +166,6 @@ describe("HTTP/2", function()
             assert.are.equal("2 200\n2 200\n", out)
         end)
 
-        it("keeps HTTP/1.1 for an upgrade request with a body", function()
-            local raw = srv:raw("POST /echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
-                .. "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nContent-Length: 3\r\n"
-                .. "Connection: close\r\n\r\nabc", { responses = 1 })
-            local r = server.parse_responses(raw)[1]
-            assert.are.equal(201, r.status)
-            assert.are.equal("abc", r.body)
-        end)
-
         it("takes the preface even when it arrives in pieces", function()
             local c = srv:raw_conn()
             c:send("PRI * HTTP/2.0\r\n")
@@ -231,14 +222,6 @@ describe("HTTP/2", function()
             out = sh("timeout 60 h2load -n 2000 -c 10 -m 10 " .. tls_url("/"))
             assert.truthy(out:match("Application protocol: h2"), out)
             assert.truthy(out:match("2000 succeeded, 0 failed, 0 errored"), out)
-        end)
-
-        it("never upgrades to h2c over TLS (RFC 9113 §3.2: ALPN decides)", function()
-            local r = srv:request { proto = "h1+tls", path = "/", headers = {
-                { "Connection", "Upgrade, HTTP2-Settings" }, { "Upgrade", "h2c" },
-                { "HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA" } } }
-            assert.are.equal(200, r.status)
-            assert.are.equal("1.1", r.version)
         end)
     end)
 

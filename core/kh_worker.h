@@ -36,6 +36,7 @@ typedef struct kh_listen_addr {
     int family;        /* AF_INET | AF_INET6 */
     int tls;           /* connections on it speak TLS (kh_config.tls) */
     int *fds;          /* one SO_REUSEPORT socket per worker */
+    int *udp_fds;      /* --http3 on a TLS listener: one UDP socket per worker, same port */
 } kh_listen_addr;
 
 /* Read-only after start-up; shared by all workers. */

@@ -1,4 +1,4 @@
-/* main.c: the khamsin command: CLI, listening sockets, workers, signals.
+/* main.c: the khamsin command: CLI, listening sockets (made by kh_listen.c), workers, signals.
  * Owns:  the only process-wide state (config, workers array), all of it read-only for workers.
  * In:    argv, signals.
  * Out:   started workers; exit status 0 after a graceful stop, 1 when start-up fails, 2 on a
@@ -22,6 +22,7 @@
 
 #include "kh_app.h"
 #include "kh_limits.h"
+#include "kh_listen.h"
 #include "kh_log.h"
 #include "kh_shdict.h"
 #include "kh_threadpool.h"
@@ -458,62 +459,6 @@ static int parse_listen(const char *arg, kh_listen_addr *la)
     return 0;
 }
 
-/* One SO_REUSEPORT socket per worker, all on the same port: the kernel spreads connections and
- * no accept lock is shared (libuv 1.44 has no UV_TCP_REUSEPORT, so the sockets are ours). They
- * listen from here on; each worker (kh_accept.c) later only starts accepting. */
-static int bind_listen(kh_listen_addr *la, int n)
-{
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    socklen_t sl;
-    la->fds = calloc((size_t)n, sizeof(int));
-    for (int i = 0; i < n; i++)
-        la->fds[i] = -1;
-    for (int i = 0; i < n; i++) {
-        int r;
-        if (la->family == AF_INET6) {
-            r = uv_ip6_addr(la->host, la->port, (struct sockaddr_in6 *)&ss);
-            sl = sizeof(struct sockaddr_in6);
-        } else {
-            r = uv_ip4_addr(la->host, la->port, (struct sockaddr_in *)&ss);
-            sl = sizeof(struct sockaddr_in);
-        }
-        if (r != 0) {
-            fprintf(stderr, "khamsin: --listen %s: not an IP address\n", la->host);
-            return -1;
-        }
-        int fd = socket(la->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        int one = 1;
-        if (fd < 0)
-            goto fail;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
-            goto fail;
-        if (la->family == AF_INET6)
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-        la->fds[i] = fd;
-        if (bind(fd, (struct sockaddr *)&ss, sl) != 0)
-            goto fail;
-        /* Listen now, not when the worker starts accepting: while the workers load the app, the
-         * kernel completes handshakes and queues connections, so a client that connects early is
-         * answered as soon as its worker is up instead of being refused and retrying. */
-        if (listen(fd, 4096) != 0)
-            goto fail;
-        if (la->port == 0) {
-            struct sockaddr_storage got;
-            socklen_t gl = sizeof got;
-            getsockname(fd, (struct sockaddr *)&got, &gl);
-            la->port = ntohs(la->family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
-                                                    : ((struct sockaddr_in *)&got)->sin_port);
-        }
-        continue;
-    fail:
-        fprintf(stderr, "khamsin: listen on %s:%d: %s\n", la->host, la->port, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -708,9 +653,9 @@ int main(int argc, char **argv)
         }
     }
     for (int i = 0; i < nlisten; i++) {
-        if (bind_listen(&listens[i], cfg.workers) != 0) {
+        if (kh_listen_tcp(&listens[i], cfg.workers) != 0) {
             for (int j = 0; j <= i; j++)
-                free(listens[j].fds);
+                kh_listen_close(&listens[j], cfg.workers);
             return 1;
         }
     }
@@ -777,12 +722,8 @@ int main(int argc, char **argv)
         kh_shdict_reg_free(cfg.shdicts);
         free(workers);
         free(watches);
-        for (int i = 0; i < nlisten; i++) {
-            for (int j = 0; j < cfg.workers; j++)
-                if (listens[i].fds[j] >= 0)
-                    close(listens[i].fds[j]);
-            free(listens[i].fds);
-        }
+        for (int i = 0; i < nlisten; i++)
+            kh_listen_close(&listens[i], cfg.workers);
         kh_tls_ctx_free(cfg.tls);
         return 1;
     }
@@ -841,8 +782,10 @@ int main(int argc, char **argv)
     uv_close((uv_handle_t *)&sigint, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
-    for (int i = 0; i < nlisten; i++)
+    for (int i = 0; i < nlisten; i++) {
         free(listens[i].fds);
+        free(listens[i].udp_fds);
+    }
     free(workers);
     kh_tls_ctx_free(cfg.tls);
     KH_LOG_INFO("stopped");

@@ -15,21 +15,9 @@
 #include <sys/ioctl.h>
 
 #include "kh_err.h"
-#include "kh_h1.h"
-#include "kh_h2.h"
 #include "kh_log.h"
+#include "kh_proto.h"
 #include "kh_tls.h"
-
-/* The protocols a connection can run, by ALPN id (RFC 7301), in our order of preference: TLS
- * advertises exactly these, and the first one the client also offers is started. */
-static const struct {
-    const char *alpn;
-    const kh_proto_vt *vt;
-    void (*start)(kh_conn *c);
-} protos[] = {
-    {"h2", &kh_h2_proto, kh_h2_start},
-    {"http/1.1", &kh_h1_proto, kh_h1_start},
-};
 
 /* The one write libuv holds for a connection: the bytes must live until write_cb (libuv).
  * uv_write calls back only once the whole buffer is in the kernel, which for a slow reader can
@@ -99,30 +87,6 @@ static void peer_from_sockaddr(kh_addr *a, const struct sockaddr_storage *ss)
     }
 }
 
-size_t kh_conn_alpn_wire(unsigned char *out, size_t cap)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < KH_ARRAY_LEN(protos); i++) {
-        size_t len = strlen(protos[i].alpn);
-        if (n + 1 + len > cap)
-            break;
-        out[n++] = (unsigned char)len;
-        memcpy(out + n, protos[i].alpn, len);
-        n += len;
-    }
-    return n;
-}
-
-void kh_conn_start_proto(kh_conn *c, const char *alpn, size_t len)
-{
-    size_t i = KH_ARRAY_LEN(protos) - 1; /* http/1.1: cleartext, or no ALPN in the ClientHello */
-    for (size_t j = 0; j < KH_ARRAY_LEN(protos) && len; j++)
-        if (strlen(protos[j].alpn) == len && memcmp(protos[j].alpn, alpn, len) == 0)
-            i = j;
-    c->proto = protos[i].vt;
-    protos[i].start(c);
-}
-
 int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls)
 {
     kh_conn *c = kh_xcalloc(1, sizeof *c);
@@ -141,7 +105,7 @@ int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh
     uv_tcp_nodelay(&c->tcp, 1);
     peer_from_sockaddr(&c->peer, peer);
     if (tls) {
-        /* The protocol starts once the handshake has picked it (kh_conn_start_proto). */
+        /* The protocol starts once the handshake has picked it (kh_proto_start). */
         c->tls = kh_tls_new(tls, c);
         if (c->tls == NULL) {
             KH_LOG_WARN("tls: cannot create a session: closing a new connection");
@@ -150,7 +114,7 @@ int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh
         }
         kh_conn_set_timeout(c, KH_TO_TLS_HANDSHAKE);
     } else {
-        kh_conn_start_proto(c, NULL, 0);
+        kh_proto_start(c, NULL, 0);
     }
     start_reading(c);
     return 0;

@@ -76,14 +76,6 @@ struct sockaddr_storage;
  * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's. */
 int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls);
 
-/* Starts the protocol named by an ALPN id (RFC 7301), e.g. "http/1.1"; len 0 means none was
- * negotiated (HTTP/1.1). kh_tls calls it when the handshake completes. This is the one place
- * that maps ALPN ids to protocol modules (the table in kh_conn.c). */
-void kh_conn_start_proto(kh_conn *c, const char *alpn, size_t len);
-/* Writes the ALPN ids of that table in wire format (length-prefixed, preference order) into
- * out; returns the length. */
-size_t kh_conn_alpn_wire(unsigned char *out, size_t cap);
-
 /* Output: append bytes (copied) and make sure a flush happens this loop turn. */
 void kh_conn_write(kh_conn *c, const void *p, size_t n);
 /* Reserve/commit for encoders that write in place. */

@@ -3,7 +3,7 @@
  *        one mutable thing the workers share, behind ticket_mu), each connection's SSL (until a
  *        TLS 1.3 handshake is done: then its kh_tls13 record layer) and its pending ciphertext.
  * In:    certificate files or --tls-self-signed at start-up; ciphertext and plaintext from kh_conn.
- * Out:   ciphertext for kh_conn to write; plaintext in c->in; kh_conn_start_proto after ALPN.
+ * Out:   ciphertext for kh_conn to write; plaintext in c->in; kh_proto_start after ALPN.
  * Never: blocks, touches the socket, or logs peer garbage above DEBUG.
  *
  * I/O goes through a BIO of our own rather than BIO_s_mem: its read side hands OpenSSL the bytes
@@ -29,6 +29,7 @@
 #include "kh_conn.h"
 #include "kh_err.h"
 #include "kh_log.h"
+#include "kh_proto.h"
 #include "kh_tls13.h"
 
 /* Session tickets (RFC 8446 §4.6.1): one AES-256-CBC + HMAC-SHA256 key encrypts new tickets for
@@ -414,7 +415,7 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
     t->rotate_s = o->ticket_rotate_s ? o->ticket_rotate_s : 3600;
     uv_mutex_init(&t->ticket_mu);
     ticket_key_new(&t->keys[0], mono_s());
-    t->alpn_len = kh_conn_alpn_wire(t->alpn, sizeof t->alpn);
+    t->alpn_len = kh_proto_alpn_wire(t->alpn, sizeof t->alpn);
     t->algs = o->own_records ? kh_tls13_algs_new() : NULL;
     if (o->own_records && t->algs == NULL)
         KH_LOG_WARN("tls: an AEAD or hash is missing from OpenSSL: its record layer stays in use "
@@ -622,7 +623,7 @@ int kh_tls_read(kh_tls *s, const char *p, size_t n)
         if (alen)
             memcpy(proto, alpn, alen); /* the SSL object (which owns alpn) may go now */
         hand_off(s, sent_before);
-        kh_conn_start_proto(c, proto, alen);
+        kh_proto_start(c, proto, alen);
         if (c->flags & KH_CONN_F_CLOSING)
             goto out;
         if (s->ssl == NULL) {

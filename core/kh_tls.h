@@ -5,7 +5,7 @@
  *        connection: the SSL object and the ciphertext waiting to be written.
  * In:    ciphertext the conn read (lent from the worker's read slab); plaintext from c->out.
  * Out:   plaintext appended to c->in; ciphertext handed to the conn's write; the protocol chosen
- *        by ALPN started through kh_conn_start_proto.
+ *        by ALPN started through kh_proto_start.
  * Never: touches the socket or the loop (the conn does the I/O); changes an SSL_CTX after the
  *        workers start (they share them read-only); loads a file on a worker.
  * Memory: after a TLS 1.3 handshake the SSL object is freed and kh_tls13 protects the records
@@ -45,7 +45,7 @@ void kh_tls_ctx_free(kh_tls_ctx *t);
 /* Per connection, on its worker. */
 kh_tls *kh_tls_new(kh_tls_ctx *t, kh_conn *c);
 void kh_tls_free(kh_tls *s, kh_bufcache *bufs);
-/* Feeds n bytes of ciphertext: drives the handshake (calling kh_conn_start_proto once ALPN is
+/* Feeds n bytes of ciphertext: drives the handshake (calling kh_proto_start once ALPN is
  * settled) and appends the plaintext to c->in. Returns 0; 1 when the peer sent close_notify
  * (end of input); or a negative KH_E* code when the connection must close (peer garbage, a
  * failed handshake: logged at DEBUG). */

@@ -6,7 +6,7 @@
  * Owns:  nothing; it only describes the table.
  * In/Out: the module exports one function, KH_TLS_MODULE_ENTRY, returning a table of kh_tls.h's
  *        functions; kh_tls_load.c in the binary dlopens the module and calls through that table.
- *        The module takes core's functions (kh_log_write, kh_buf_*, kh_conn_start_proto, ...)
+ *        The module takes core's functions (kh_log_write, kh_buf_*, kh_proto_start, ...)
  *        from the binary, which exports every kh_* symbol (-Wl,--export-dynamic-symbol=kh_*).
  * Never: crosses with a module built from other sources: the ABI number, the version and the
  *        sizes of the structs both sides touch must match, or the loader refuses the module. */

@@ -87,13 +87,36 @@ static void peer_from_sockaddr(kh_addr *a, const struct sockaddr_storage *ss)
     }
 }
 
+static void wc_flush(kh_wconn *wc)
+{
+    kh__conn_flush(KH_CONTAINER_OF(wc, kh_conn, wc));
+}
+
+static void wc_shutdown(kh_wconn *wc)
+{
+    kh_conn *c = KH_CONTAINER_OF(wc, kh_conn, wc);
+    if (c->flags & KH_CONN_F_CLOSING)
+        return;
+    if (c->proto && c->proto->on_shutdown)
+        c->proto->on_shutdown(c);
+    else if (c->proto == NULL)
+        kh_conn_close(c); /* still in its TLS handshake: no request to finish */
+}
+
+static void wc_close(kh_wconn *wc)
+{
+    kh_conn_close(KH_CONTAINER_OF(wc, kh_conn, wc));
+}
+
+static const kh_wconn_vt conn_wc_vt = {wc_flush, wc_shutdown, wc_close};
+
 int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls)
 {
     kh_conn *c = kh_xcalloc(1, sizeof *c);
     c->w = w;
     uv_tcp_init(&w->loop, &c->tcp);
     c->tcp.data = c;
-    w->num_conns++;
+    kh_worker_conn_add(w, &c->wc, &conn_wc_vt);
     int r = uv_tcp_open(&c->tcp, fd);
     if (r != 0) {
         c->flags |= KH_CONN_F_CLOSING;
@@ -358,14 +381,8 @@ static void on_close(uv_handle_t *h)
     kh_buf_release(&c->in, &w->bufs);
     kh_buf_release(&c->out, &w->bufs);
     kh_tls_free(c->tls, &w->bufs);
-    /* a close callback runs after this turn's flush pass, but the conn may have been queued
-     * again since */
-    kh_worker_unschedule_flush(w, c);
+    kh_worker_conn_remove(w, &c->wc);
     free(c);
-    w->num_conns--;
-    kh_accept_on_conn_closed(w); /* a pause for want of fds or at the limit ends now */
-    if (w->stopping && w->num_conns == 0)
-        uv_async_send(&w->wakeup); /* let the worker finish its stop now */
 }
 
 static void shutdown_cb(uv_shutdown_t *req, int status)

@@ -43,7 +43,7 @@ typedef struct kh_proto_vt {
 
 enum {
     KH_CONN_F_CLOSING = 1u << 0,     /* uv_close was called */
-    KH_CONN_F_IN_FLUSH = 1u << 1,    /* on the worker's flush list */
+    KH_CONN_F_IN_FLUSH = 1u << 1,    /* unused: wc.in_flush says it (kept so bits do not move) */
     KH_CONN_F_PAUSED = 1u << 2,      /* the protocol takes no input now */
     KH_CONN_F_READING = 1u << 3,     /* uv_read_start is active */
     KH_CONN_F_REFEED = 1u << 4,      /* offer `in` to the protocol again at the next flush */
@@ -57,7 +57,7 @@ struct kh_conn {
     uv_tcp_t tcp;
     kh_worker *w;
     const kh_proto_vt *proto; /* NULL while a TLS handshake runs */
-    kh_conn *flush_next;
+    kh_wconn wc;              /* its entry in the worker's registry and flush list */
     kh_tls *tls;              /* NULL on a cleartext listener */
     kh_buf in;
     kh_buf out;

@@ -21,6 +21,7 @@
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -453,6 +454,59 @@ fail:
 const char *kh_tls_ctx_spki_sha256(const kh_tls_ctx *t)
 {
     return t->spki;
+}
+
+/* A memory BIO's bytes as a malloc'd NUL-terminated string; frees the BIO. */
+static char *bio_take(BIO *b, size_t *len)
+{
+    char *p = NULL;
+    long n = BIO_get_mem_data(b, &p);
+    char *out = NULL;
+    if (n > 0) {
+        out = kh_xmalloc((size_t)n + 1);
+        memcpy(out, p, (size_t)n);
+        out[n] = '\0';
+        *len = (size_t)n;
+    }
+    BIO_free(b);
+    return out;
+}
+
+int kh_tls_ctx_export_pem(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
+                          size_t *key_len)
+{
+    *chain = *key = NULL;
+    SSL_CTX *ctx = t->ctxs[0];
+    STACK_OF(X509) *extra = NULL;
+    BIO *cb = BIO_new(BIO_s_mem()), *kb = BIO_new(BIO_s_mem());
+    int ok = cb && kb && PEM_write_bio_X509(cb, SSL_CTX_get0_certificate(ctx)) == 1 &&
+             SSL_CTX_get0_chain_certs(ctx, &extra) == 1;
+    for (int i = 0; ok && extra && i < sk_X509_num(extra); i++)
+        ok = PEM_write_bio_X509(cb, sk_X509_value(extra, i)) == 1;
+    ok = ok && PEM_write_bio_PrivateKey(kb, SSL_CTX_get0_privatekey(ctx), NULL, NULL, 0, NULL,
+                                        NULL) == 1;
+    if (!ok) {
+        BIO_free(cb);
+        BIO_free(kb);
+        return -1;
+    }
+    *chain = bio_take(cb, chain_len);
+    *key = bio_take(kb, key_len);
+    if (*chain == NULL || *key == NULL) {
+        kh_tls_pem_free(*chain, *chain_len);
+        kh_tls_pem_free(*key, *key_len);
+        *chain = *key = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void kh_tls_pem_free(char *p, size_t len)
+{
+    if (p == NULL)
+        return;
+    OPENSSL_cleanse(p, len);
+    free(p);
 }
 
 void kh_tls_ctx_free(kh_tls_ctx *t)

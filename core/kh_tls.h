@@ -41,6 +41,13 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen);
  * --ignore-certificate-errors-spki-list takes it). */
 const char *kh_tls_ctx_spki_sha256(const kh_tls_ctx *t);
 void kh_tls_ctx_free(kh_tls_ctx *t);
+/* Main thread: the default certificate (leaf first, then its chain) and its private key as PEM,
+ * each malloc'd and NUL-terminated, for the QUIC module, which presents the same certificate
+ * and key (also the --tls-self-signed one, so its logged SPKI hash holds for QUIC too). Returns
+ * 0, or -1 with nothing allocated. Free both with kh_tls_pem_free (it wipes the key). */
+int kh_tls_ctx_export_pem(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
+                          size_t *key_len);
+void kh_tls_pem_free(char *p, size_t len);
 
 /* Per connection, on its worker. */
 kh_tls *kh_tls_new(kh_tls_ctx *t, kh_conn *c);

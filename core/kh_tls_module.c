@@ -28,6 +28,8 @@ static const kh_tls_module_vt vt = {
     .write = kh_tls_write,
     .close_notify = kh_tls_close_notify,
     .established = kh_tls_established,
+    .ctx_export_pem = kh_tls_ctx_export_pem,
+    .pem_free = kh_tls_pem_free,
 };
 
 KH_EXPORT const kh_tls_module_vt *kh_tls_module_get(void);

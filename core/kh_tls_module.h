@@ -18,7 +18,7 @@
 
 #include "kh_tls.h"
 
-#define KH_TLS_MODULE_ABI 1
+#define KH_TLS_MODULE_ABI 2
 #define KH_TLS_MODULE_ENTRY "kh_tls_module_get"
 #define KH_TLS_MODULE_FILE "khamsin-tls.so"
 
@@ -37,6 +37,10 @@ typedef struct kh_tls_module_vt {
     kh_buf *(*write)(kh_tls *s, kh_buf *plain);
     int (*close_notify)(kh_tls *s);
     int (*established)(const kh_tls *s);
+    /* abi 2: the certificate hand-off to the QUIC module */
+    int (*ctx_export_pem)(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
+                          size_t *key_len);
+    void (*pem_free)(char *p, size_t len);
 } kh_tls_module_vt;
 
 typedef const kh_tls_module_vt *(*kh_tls_module_entry_fn)(void);

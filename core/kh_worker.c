@@ -19,6 +19,7 @@
 
 #include "kh_conn.h"
 #include "kh_err.h"
+#include "kh_h3_module.h"
 #include "kh_log.h"
 #include "kh_reqid.h"
 #include "kh_router.h"
@@ -333,6 +334,7 @@ static void finish_stop(kh_worker *w)
     /* Everything left on the loop is ours: close it and let uv_run return. */
     close_all(w);
     kh_accept_close(w);
+    kh_h3_worker_close(w); /* its connections were closed just above */
     if (!uv_is_closing((uv_handle_t *)&w->flush_prepare)) {
         /* one last flush for anything queued */
         flush_cb(&w->flush_prepare);
@@ -398,7 +400,8 @@ static int worker_load(kh_worker *w)
         return 0;
     }
 
-    if (kh_accept_open(w, w->load_err, sizeof w->load_err) == 0) {
+    if (kh_accept_open(w, w->load_err, sizeof w->load_err) == 0 &&
+        kh_h3_worker_open(w, w->load_err, sizeof w->load_err) == 0) {
         report_ready(w, 1);
     } else {
         report_ready(w, -1);

@@ -74,6 +74,7 @@ typedef struct kh_config {
     kh_threadpool *pool;     /* k.blocking */
     kh_shdict_reg *shdicts;  /* k.shared */
     struct kh_tls_ctx *tls; /* certificates and ticket keys for TLS listeners, or NULL */
+    struct kh_h3_ctx *h3;   /* --http3: the HTTP/3 module's context (kh_h3_module.h), or NULL */
 } kh_config;
 
 enum kh_timeout_kind {

@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "kh_app.h"
+#include "kh_h3_module.h"
 #include "kh_limits.h"
 #include "kh_listen.h"
 #include "kh_log.h"
@@ -391,6 +392,8 @@ static void usage(FILE *out)
             "                         base64 SHA-256 of its public key (Chromium's\n"
             "                         --ignore-certificate-errors-spki-list takes it)\n"
             "  --tls12                also accept TLS 1.2 (default: TLS 1.3 only)\n"
+            "  --http3                also serve HTTP/3 (QUIC) on each TLS listener's port (UDP),\n"
+            "                         advertised to TCP clients with Alt-Svc (module khamsin-h3.so)\n"
             "  --workers N            worker threads, each with its own loop and Lua state\n"
             "                         (default: number of cores; --dev: 1)\n"
             "  --dev                  development mode: Lua tracebacks in 500 pages, one worker\n"
@@ -474,6 +477,7 @@ int main(int argc, char **argv)
     const char *tls_certs[16], *tls_keys[16];
     int ncert = 0, nkey = 0;
     kh_tls_opts tls_opts = {0};
+    int http3 = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -515,6 +519,8 @@ int main(int argc, char **argv)
             tls_opts.self_signed = 1;
         } else if (strcmp(a, "--tls12") == 0) {
             tls_opts.tls12 = 1;
+        } else if (strcmp(a, "--http3") == 0) {
+            http3 = 1;
         } else if (strcmp(a, "--workers") == 0) {
             NEED_VALUE();
             char *end;
@@ -640,6 +646,18 @@ int main(int argc, char **argv)
         if (tls_opts.self_signed)
             KH_LOG_INFO("tls: self-signed certificate for localhost, 127.0.0.1, ::1; "
                         "SPKI sha256 %s", kh_tls_ctx_spki_sha256(cfg.tls));
+        if (http3) {
+            /* the same certificate and key as TLS over TCP (kh_tls_ctx_export_pem) */
+            cfg.h3 = kh_h3_setup(cfg.tls, err, sizeof err);
+            if (cfg.h3 == NULL) {
+                fprintf(stderr, "khamsin: %s\n", err);
+                return 1;
+            }
+        }
+    } else if (http3) {
+        fprintf(stderr, "khamsin: --http3 needs a TLS listener (--tls-cert and --tls-key, or "
+                        "--tls-self-signed)\n");
+        return 2;
     }
     if (access_log) {
         if (strcmp(access_log, "-") == 0) {
@@ -653,7 +671,8 @@ int main(int argc, char **argv)
         }
     }
     for (int i = 0; i < nlisten; i++) {
-        if (kh_listen_tcp(&listens[i], cfg.workers) != 0) {
+        if (kh_listen_tcp(&listens[i], cfg.workers) != 0 ||
+            (cfg.h3 && listens[i].tls && kh_listen_udp(&listens[i], cfg.workers) != 0)) {
             for (int j = 0; j <= i; j++)
                 kh_listen_close(&listens[j], cfg.workers);
             return 1;
@@ -724,15 +743,22 @@ int main(int argc, char **argv)
         free(watches);
         for (int i = 0; i < nlisten; i++)
             kh_listen_close(&listens[i], cfg.workers);
+        kh_h3_teardown(cfg.h3);
         kh_tls_ctx_free(cfg.tls);
         return 1;
     }
     for (int i = 0; i < nlisten; i++) {
         const char *kind = listens[i].tls ? "tls" : "tcp";
-        if (listens[i].family == AF_INET6)
-            KH_LOG_INFO("listening on [%s]:%d (%s)", listens[i].host, listens[i].port, kind);
-        else
-            KH_LOG_INFO("listening on %s:%d (%s)", listens[i].host, listens[i].port, kind);
+        for (int quic = 0; quic < 2; quic++) {
+            if (quic && listens[i].udp_fds == NULL)
+                break;
+            if (listens[i].family == AF_INET6)
+                KH_LOG_INFO("listening on [%s]:%d (%s)", listens[i].host, listens[i].port,
+                            quic ? "quic" : kind);
+            else
+                KH_LOG_INFO("listening on %s:%d (%s)", listens[i].host, listens[i].port,
+                            quic ? "quic" : kind);
+        }
     }
     KH_LOG_INFO("khamsin %s: %d worker%s serving %s%s", KH_VERSION, cfg.workers,
                 cfg.workers == 1 ? "" : "s", cfg.script, cfg.dev ? " (dev)" : "");
@@ -787,6 +813,7 @@ int main(int argc, char **argv)
         free(listens[i].udp_fds);
     }
     free(workers);
+    kh_h3_teardown(cfg.h3);
     kh_tls_ctx_free(cfg.tls);
     KH_LOG_INFO("stopped");
     return 0;

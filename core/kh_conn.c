@@ -110,7 +110,15 @@ static void wc_close(kh_wconn *wc)
 
 static const kh_wconn_vt conn_wc_vt = {wc_flush, wc_shutdown, wc_close};
 
-int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls)
+const char *kh_conn_alt_svc(const kh_stream *s)
+{
+    const kh_conn *c = s->proto;
+    const kh_listen_addr *la = &c->w->cfg->listens[c->listener];
+    return la->alt_svc[0] ? la->alt_svc : NULL;
+}
+
+int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls,
+                   int listener)
 {
     kh_conn *c = kh_xcalloc(1, sizeof *c);
     c->w = w;
@@ -124,6 +132,7 @@ int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh
         return r;
     }
     c->id = ++w->next_conn_id;
+    c->listener = (uint8_t)listener;
     /* kh_accept pauses accepting at the `connections` limit and while stopping */
     uv_tcp_nodelay(&c->tcp, 1);
     peer_from_sockaddr(&c->peer, peer);

@@ -64,6 +64,7 @@ struct kh_conn {
     struct kh_write_op *writing; /* the one write libuv holds, or NULL */
     kh_timer timer;
     uint8_t timer_kind;  /* what the protocol waits for (enum kh_timeout_kind) */
+    uint8_t listener;    /* index of the listener that accepted it (cfg->listens), mod 256 */
     uint16_t flags;
     uint32_t id;
     kh_addr peer;
@@ -74,7 +75,11 @@ struct sockaddr_storage;
 /* Takes a connection accepted on worker w (fd from accept4, non-blocking; peer its address), as
  * kh_accept does; tls is the listener's TLS context, or NULL for cleartext. Returns 0: the fd is
  * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's. */
-int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls);
+int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls,
+                   int listener);
+/* The Alt-Svc value for responses on s's connection (h1 and h2 sinks: kh_sink_vt.alt_svc), or
+ * NULL: with --http3, `h3=":PORT"; ma=86400` for the port of the listener that accepted it. */
+const char *kh_conn_alt_svc(const kh_stream *s);
 
 /* Output: append bytes (copied) and make sure a flush happens this loop turn. */
 void kh_conn_write(kh_conn *c, const void *p, size_t n);

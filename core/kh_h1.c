@@ -691,4 +691,5 @@ static const kh_sink_vt h1_sink = {
     .data = h1_data,
     .want_body = h1_want_body,
     .reset = h1_reset,
+    .alt_svc = kh_conn_alt_svc,
 };

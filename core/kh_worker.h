@@ -55,6 +55,7 @@ typedef struct kh_listen_addr {
     int tls;           /* connections on it speak TLS (kh_config.tls) */
     int *fds;          /* one SO_REUSEPORT socket per worker */
     int *udp_fds;      /* --http3 on a TLS listener: one UDP socket per worker, same port */
+    char alt_svc[64];  /* then the Alt-Svc its TCP responses carry (kh_proto_alt_svc), else "" */
 } kh_listen_addr;
 
 /* Read-only after start-up; shared by all workers. */

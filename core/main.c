@@ -25,6 +25,7 @@
 #include "kh_limits.h"
 #include "kh_listen.h"
 #include "kh_log.h"
+#include "kh_proto.h"
 #include "kh_shdict.h"
 #include "kh_threadpool.h"
 #include "kh_tls.h"
@@ -678,6 +679,9 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    for (int i = 0; i < nlisten; i++)
+        if (listens[i].udp_fds) /* after kh_h3_setup registered h3 with kh_proto */
+            kh_proto_alt_svc(listens[i].port, listens[i].alt_svc, sizeof listens[i].alt_svc);
     cfg.listens = listens;
     cfg.num_listens = nlisten;
 

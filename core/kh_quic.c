@@ -230,6 +230,10 @@ static int handle_error(kh_quic_conn *q, int rv)
 {
     if (rv == 0)
         return 0;
+    if (rv == NGTCP2_ERR_IDLE_CLOSE)
+        KH_LOG_DEBUG("q%u quic: idle timeout: closed", q->id);
+    else if (rv == NGTCP2_ERR_DRAINING)
+        KH_LOG_DEBUG("q%u quic: closed by the peer", q->id);
     if (rv == NGTCP2_ERR_DRAINING || rv == NGTCP2_ERR_DROP_CONN || rv == NGTCP2_ERR_IDLE_CLOSE) {
         conn_free(q); /* nothing to send (draining: the peer closed) */
         return 1;
@@ -602,7 +606,8 @@ static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp
     p.initial_max_streams_uni = 3;
     /* an idle connection closes after keepalive_timeout_ms, as over TCP; while a request is in
      * flight kh_h3 keeps it open (PINGs, ngtcp2_conn_set_keep_alive_timeout) */
-    p.max_idle_timeout = l->keepalive_timeout_ms * NGTCP2_MILLISECONDS;
+    p.max_idle_timeout = (l->keepalive_timeout_ms ? l->keepalive_timeout_ms : 1000) *
+                         NGTCP2_MILLISECONDS; /* 0 would mean no idle timeout at all in QUIC */
     p.original_dcid = hd->dcid;
 
     ngtcp2_cid scid;
@@ -629,6 +634,8 @@ static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp
     cid_add(q, &scid);
     cid_add(q, &hd->dcid); /* the client's first DCID: its Initials may be retransmitted */
     peer_from(&q->peer, path->remote.addr);
+    KH_LOG_DEBUG("q%u quic: new connection (%llu open on this worker)", q->id,
+                 (unsigned long long)w->num_conns);
     return q;
 }
 

@@ -12,6 +12,10 @@
  *          --connections N    N connections one after another (each with --repeat requests)
  *          --timeout S        give up after S seconds without progress (default 10)
  *          -w                 print "status=N" for each response on stderr
+ *          --declare-length N send content-length N with the -d body and never finish the
+ *                             body (a stalled upload: the server's body timeout answers)
+ *          --linger S         after the last response keep the connection open S seconds,
+ *                             and say so if the server closes it meanwhile
  * Out:   exit 0 when every response arrived complete; 1 otherwise (a message on stderr).
  * Never: verifies the server's certificate (a test tool, like curl -k). */
 #include <arpa/inet.h>
@@ -39,7 +43,8 @@ typedef struct {
     size_t body_len;
     FILE *dump, *out;
     int repeat, conns, verbose;
-    double timeout;
+    double timeout, linger;
+    long long declare_length;
 } opts_t;
 
 typedef struct {
@@ -54,6 +59,7 @@ typedef struct {
     int64_t sid;
     int done_requests, in_flight, status, failed, closed, body_sent;
     int complete; /* the current response ended */
+    uint64_t linger_until;
     uint64_t last_progress;
 } client_t;
 
@@ -130,11 +136,27 @@ static int h_deferred_consume(nghttp3_conn *h, int64_t sid, size_t n, void *ud, 
     return 0;
 }
 
+static void finish_request(client_t *c)
+{
+    if (!c->in_flight)
+        return;
+    if (O.verbose)
+        fprintf(stderr, "status=%d\n", c->status);
+    if (O.out)
+        fflush(O.out);
+    c->in_flight = 0;
+    c->done_requests++;
+}
+
+/* the response is complete: the request counts as done (even if our upload never finished) */
 static int h_end_stream(nghttp3_conn *h, int64_t sid, void *ud, void *sud)
 {
-    (void)h, (void)sid, (void)sud;
+    (void)h, (void)sud;
     client_t *c = ud;
+    if (sid != c->sid)
+        return 0;
     c->complete = 1;
+    finish_request(c);
     return 0;
 }
 
@@ -144,17 +166,12 @@ static int h_stream_close(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud,
     client_t *c = ud;
     if (sid != c->sid)
         return 0;
-    if (!c->complete) {
+    if (!c->complete && c->in_flight) {
         fprintf(stderr, "kh-h3get: stream %lld closed with error 0x%llx before the response "
                 "completed\n", (long long)sid, (unsigned long long)code);
         c->failed = 1;
     }
-    if (O.verbose)
-        fprintf(stderr, "status=%d\n", c->status);
-    if (O.out)
-        fflush(O.out);
-    c->in_flight = 0;
-    c->done_requests++;
+    finish_request(c);
     return 0;
 }
 
@@ -179,7 +196,10 @@ static nghttp3_ssize read_body(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, s
 {
     (void)h, (void)sid, (void)veccnt, (void)sud;
     client_t *c = ud;
-    *flags |= NGHTTP3_DATA_FLAG_EOF;
+    if (O.declare_length > (long long)O.body_len && c->body_sent)
+        return NGHTTP3_ERR_WOULDBLOCK; /* the rest never comes */
+    if (O.declare_length <= (long long)O.body_len)
+        *flags |= NGHTTP3_DATA_FLAG_EOF;
     if (c->body_sent || O.body_len == 0)
         return 0;
     c->body_sent = 1;
@@ -219,7 +239,8 @@ static int submit_request(client_t *c)
         nv[k++] = NV(names[i], v);
     }
     if (O.body) {
-        snprintf(clen, sizeof clen, "%zu", O.body_len);
+        snprintf(clen, sizeof clen, "%lld",
+                 O.declare_length ? O.declare_length : (long long)O.body_len);
         nv[k++] = NV("content-length", clen);
     }
     nghttp3_data_reader dr = {read_body};
@@ -501,8 +522,13 @@ static int run_conn(void)
         if (c.failed)
             break;
         if (c.done_requests == O.repeat) {
-            rc = 0;
-            break;
+            if (O.linger > 0 && c.linger_until == 0)
+                c.linger_until = now_ns() + (uint64_t)(O.linger * 1e9);
+            if (c.linger_until == 0 || now_ns() >= c.linger_until) {
+                rc = 0;
+                break;
+            }
+            c.last_progress = now_ns();
         }
         if (c.h3 && !c.in_flight && c.done_requests < O.repeat) {
             if (submit_request(&c) != 0)
@@ -549,6 +575,11 @@ static int run_conn(void)
         }
         if (ngtcp2_conn_get_expiry(c.qc) <= now_ns()) {
             int r = ngtcp2_conn_handle_expiry(c.qc, now_ns());
+            if (r == NGTCP2_ERR_IDLE_CLOSE) {
+                fprintf(stderr, "kh-h3get: idle timeout: the connection is closed\n");
+                c.closed = 1;
+                goto out_check;
+            }
             if (r != 0) {
                 fprintf(stderr, "kh-h3get: %s\n", ngtcp2_strerror(r));
                 c.closed = 1;
@@ -612,6 +643,10 @@ int main(int argc, char **argv)
             O.conns = atoi(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "--timeout") == 0)
             O.timeout = atof(argv[++i]);
+        else if (i + 1 < argc && strcmp(a, "--declare-length") == 0)
+            O.declare_length = atoll(argv[++i]);
+        else if (i + 1 < argc && strcmp(a, "--linger") == 0)
+            O.linger = atof(argv[++i]);
         else if (strcmp(a, "-w") == 0)
             O.verbose = 1;
         else if (a[0] != '-' && !url)

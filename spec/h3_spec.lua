@@ -1,0 +1,296 @@
+-- spec/h3_spec.lua: HTTP/3 with --http3 (khamsin-h3.so: QUIC on ngtcp2 0.12 + GnuTLS, HTTP/3 on
+-- nghttp3 0.8): each TLS listener also listens on UDP on its port and says so in the log, TCP
+-- responses advertise it with Alt-Svc, requests reach the same handlers (our own client,
+-- core/tools/kh_h3get.c, and ngtcp2's gtlsclient), QUIC connections count in the `connections`
+-- limit and take part in the graceful stop, h3 applies the header/body/idle timeouts, and a
+-- server without --http3 maps none of the QUIC libraries.
+local server = require "helpers.server"
+
+local sh_quote = server.sh_quote
+
+local APP = [[
+local k = require "khamsin"
+k.get("/", function(req) return "Hello, World!" end)
+k.get("/users/:id", function(req)
+    return { id = req.params.id, agent = req.headers["user-agent"], proto = req.headers["x-proto"] }
+end)
+k.post("/echo", function(req, res)
+    res.headers["content-type"] = req.headers["content-type"] or "application/octet-stream"
+    res.headers["x-method"] = req.method
+    return 201, req:body()
+end)
+k.get("/slow", function(req) k.sleep(tonumber(req.query.s or "1")) return "slept" end)
+k.get("/big", function(req) return string.rep("0123456789", 50000) end)
+]]
+
+local function h3get_bin()
+    return (server.bin():gsub("[^/]+$", "kh-h3get"))
+end
+
+local function run(cmd)
+    local p = assert(io.popen(cmd .. " 2>&1; echo \"__rc=$?\"", "r"))
+    local out = p:read("*a")
+    p:close()
+    local rc = tonumber(out:match("__rc=(%d+)%s*$"))
+    return (out:gsub("__rc=%d+%s*$", "")), rc
+end
+
+local function quic_port(srv)
+    return tonumber(srv:log():match("listening on 127%.0%.0%.1:(%d+) %(quic%)"))
+end
+
+-- kh-h3get with args (a list), against path on srv's QUIC port. Returns the head dump, the
+-- body, stderr+stdout text and the exit code.
+local function h3(srv, path, args)
+    local dir = srv.dir
+    local head, body = dir .. "/h3.head", dir .. "/h3.body"
+    os.remove(head)
+    os.remove(body)
+    local parts = { sh_quote(h3get_bin()), "-D", sh_quote(head), "-o", sh_quote(body) }
+    for _, a in ipairs(args or {}) do parts[#parts + 1] = sh_quote(a) end
+    parts[#parts + 1] = sh_quote(string.format("https://127.0.0.1:%d%s", quic_port(srv), path))
+    local out, rc = run(table.concat(parts, " "))
+    return server.read_file(head) or "", server.read_file(body) or "", out, rc
+end
+
+local function status_of(head)
+    return tonumber(head:match("^HTTP/3 (%d+)"))
+end
+
+local function header(head, name)
+    return head:match("\n" .. name .. ": ([^\r\n]*)")
+end
+
+local function start(opts)
+    opts = opts or {}
+    local args = { "--http3" }
+    for _, a in ipairs(opts.args or {}) do args[#args + 1] = a end
+    return server.start { app = opts.app or APP, tls = true, args = args, workers = opts.workers,
+        expect_errors = opts.expect_errors }
+end
+
+local function with(srv, fn)
+    local ok, err = pcall(fn)
+    srv:stop()
+    assert(ok, err)
+end
+
+local function mapped(pid)
+    local f = assert(io.open("/proc/" .. pid .. "/maps", "r"))
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+describe("HTTP/3 (--http3)", function()
+    it("listens on UDP on the TLS listener's port and logs it as (quic)", function()
+        local srv = start()
+        with(srv, function()
+            local tls = srv.tls_listens[1]
+            assert.are.equal(tls.port, quic_port(srv), srv:log())
+        end)
+    end)
+
+    it("answers a GET through our client with the same head as h1/h2", function()
+        local srv = start()
+        with(srv, function()
+            local head, body, out, rc = h3(srv, "/")
+            assert.are.equal(0, rc, out)
+            assert.are.equal(200, status_of(head), head)
+            assert.are.equal("Hello, World!", body)
+            assert.are.equal("khamsin", header(head, "server"))
+            assert.truthy(header(head, "x%-request%-id"), head)
+            assert.truthy(header(head, "strict%-transport%-security"), head)
+            assert.are.equal("13", header(head, "content%-length"))
+            assert.truthy(server.is_http_date(header(head, "date")), head)
+        end)
+    end)
+
+    it("passes method, request headers and a body to the handler (POST)", function()
+        local srv = start()
+        with(srv, function()
+            local payload = string.rep("abcdefgh", 40000) -- 320 KB: flow control windows move
+            local f = assert(io.open(srv.dir .. "/payload", "wb"))
+            f:write(payload)
+            f:close()
+            local head, body, out, rc = h3(srv, "/echo",
+                { "-H", "Content-Type: text/x-test", "-d", "@" .. srv.dir .. "/payload" })
+            assert.are.equal(0, rc, out)
+            assert.are.equal(201, status_of(head), head)
+            assert.are.equal("text/x-test", header(head, "content%-type"))
+            assert.are.equal("POST", header(head, "x%-method"))
+            assert.are.equal(#payload, #body)
+            assert.are.equal(payload, body)
+            head, body, out, rc = h3(srv, "/users/42", { "-H", "User-Agent: h3-spec", "-H", "X-Proto: three" })
+            assert.are.equal(0, rc, out)
+            assert.are.equal(200, status_of(head), head)
+            assert.truthy(body:find('"id":"42"', 1, true), body)
+            assert.truthy(body:find('"agent":"h3-spec"', 1, true), body)
+            assert.truthy(body:find('"proto":"three"', 1, true), body)
+        end)
+    end)
+
+    it("sends a large response whose chunks are freed only once acknowledged", function()
+        local srv = start()
+        with(srv, function()
+            local head, body, out, rc = h3(srv, "/big")
+            assert.are.equal(0, rc, out)
+            assert.are.equal(200, status_of(head), head)
+            assert.are.equal(500000, #body)
+            assert.are.equal(string.rep("0123456789", 50000), body)
+        end)
+    end)
+
+    it("serves many requests on one connection, and many connections one after another", function()
+        local srv = start()
+        with(srv, function()
+            local _, _, out, rc = h3(srv, "/", { "--repeat", "50", "-w" })
+            assert.are.equal(0, rc, out)
+            local n = select(2, out:gsub("status=200", ""))
+            assert.are.equal(50, n, out)
+            _, _, out, rc = h3(srv, "/", { "--connections", "30", "-w" })
+            assert.are.equal(0, rc, out)
+            assert.are.equal(30, select(2, out:gsub("status=200", "")), out)
+        end)
+    end)
+
+    it("answers a 404 from the router and a HEAD without a body", function()
+        local srv = start()
+        with(srv, function()
+            local head, body, out, rc = h3(srv, "/nope")
+            assert.are.equal(0, rc, out)
+            assert.are.equal(404, status_of(head), head)
+            head, body, out, rc = h3(srv, "/", { "-X", "HEAD" })
+            assert.are.equal(0, rc, out)
+            assert.are.equal(200, status_of(head), head)
+            assert.are.equal("", body)
+        end)
+    end)
+
+    it("interoperates with ngtcp2's gtlsclient", function()
+        local srv = start()
+        with(srv, function()
+            local port = quic_port(srv)
+            local out, rc = run(string.format("timeout 20 gtlsclient --exit-on-all-streams-close " ..
+                "127.0.0.1 %d https://127.0.0.1:%d/users/7", port, port))
+            assert.are.equal(0, rc, out)
+            assert.truthy(out:find("[:status: 200]", 1, true), out)
+            assert.truthy(out:find("content-type: application/json", 1, true), out)
+        end)
+    end)
+
+    it("advertises h3 with Alt-Svc on TLS responses over h1 and h2, with the listener's port", function()
+        local srv = start()
+        with(srv, function()
+            local port = quic_port(srv)
+            for _, proto in ipairs { "--http1.1", "--http2" } do
+                local out = run(string.format("curl -sk %s -D - -o /dev/null https://127.0.0.1:%d/",
+                    proto, srv.tls_listens[1].port))
+                assert.truthy(out:lower():find(string.format('alt-svc: h3=":%d"; ma=86400', port), 1, true), out)
+            end
+        end)
+        -- without --http3: no Alt-Svc
+        local plain = server.start { app = APP, tls = true }
+        with(plain, function()
+            local out = run(string.format("curl -sk -D - -o /dev/null https://127.0.0.1:%d/",
+                plain.tls_listens[1].port))
+            assert.truthy(out:find("HTTP/1.1 200", 1, true) or out:find("HTTP/2 200", 1, true), out)
+            assert.falsy(out:lower():find("alt-svc", 1, true), out)
+        end)
+    end)
+
+    it("maps ngtcp2, nghttp3 and GnuTLS only with --http3", function()
+        local plain = server.start { app = APP, tls = true }
+        with(plain, function()
+            local maps = mapped(plain.pid)
+            assert.truthy(maps:find("khamsin-tls.so", 1, true), "the TLS module is mapped")
+            assert.falsy(maps:find("libngtcp2", 1, true))
+            assert.falsy(maps:find("libnghttp3", 1, true))
+            assert.falsy(maps:find("libgnutls", 1, true))
+            assert.falsy(maps:find("khamsin-h3.so", 1, true))
+        end)
+        local srv = start()
+        with(srv, function()
+            local maps = mapped(srv.pid)
+            assert.truthy(maps:find("khamsin-h3.so", 1, true))
+            assert.truthy(maps:find("libngtcp2", 1, true))
+            assert.truthy(maps:find("libnghttp3", 1, true))
+            assert.truthy(maps:find("libgnutls", 1, true))
+        end)
+    end)
+
+    it("refuses --http3 without a TLS listener", function()
+        local out, rc = run(sh_quote(server.bin()) .. " --http3 --listen 127.0.0.1:0 /dev/null")
+        assert.are.equal(2, rc, out)
+        assert.truthy(out:find("--http3 needs a TLS listener", 1, true), out)
+    end)
+
+    it("answers 408 when a request body stalls past body_timeout_ms", function()
+        local srv = start { args = { "--body-timeout-ms", "300" } }
+        with(srv, function()
+            local head, _, out, rc = h3(srv, "/echo", { "-d", "partial", "--declare-length", "100" })
+            assert.are.equal(0, rc, out)
+            assert.are.equal(408, status_of(head), head)
+        end)
+    end)
+
+    it("closes an idle connection after keepalive_timeout_ms", function()
+        local srv = start { args = { "--keepalive-timeout-ms", "300", "--log-level", "debug" } }
+        with(srv, function()
+            local _, _, out, rc = h3(srv, "/", { "--linger", "3" })
+            assert.are.equal(0, rc, out)
+            assert.truthy(srv:wait_log("quic: idle timeout: closed", 5), srv:log())
+        end)
+    end)
+
+    it("counts QUIC connections in the connections limit", function()
+        local srv = start { args = { "--connections", "1", "--log-level", "debug" } }
+        with(srv, function()
+            -- one connection holds the only slot while its request sleeps
+            local cmd = string.format("%s -o /dev/null https://127.0.0.1:%d/slow?s=3 >%s 2>&1 &",
+                sh_quote(h3get_bin()), quic_port(srv), sh_quote(srv.dir .. "/first.out"))
+            os.execute(cmd)
+            assert.truthy(srv:wait_log("quic: new connection %(1 open", 10), srv:log())
+            local _, _, out, rc = h3(srv, "/", { "--timeout", "1" })
+            assert.are_not.equal(0, rc, "a second connection is not accepted at the limit: " .. out)
+            -- once the first one is gone, a new one is served
+            assert.truthy(server.wait_until(15, function()
+                local _, _, _, rc2 = h3(srv, "/", { "--timeout", "2" })
+                return rc2 == 0
+            end, 0.2))
+        end)
+    end)
+
+    it("stops gracefully: the request in flight completes, then CONNECTION_CLOSE", function()
+        local srv = start()
+        local port = quic_port(srv)
+        local outf = srv.dir .. "/graceful.out"
+        local cmd = string.format("(%s -w -D %s -o %s --linger 5 https://127.0.0.1:%d/slow?s=1 >%s 2>&1; echo rc=$? >>%s) &",
+            sh_quote(h3get_bin()), sh_quote(srv.dir .. "/g.head"), sh_quote(srv.dir .. "/g.body"),
+            port, sh_quote(outf), sh_quote(outf))
+        os.execute(cmd)
+        server.sleep(0.4)
+        srv:signal("TERM")
+        local code = srv:wait_exit(10)
+        assert.are.equal(0, code, srv:log())
+        local out = server.wait_until(10, function()
+            local s = server.read_file(outf)
+            return s and s:find("rc=") and s
+        end)
+        assert.truthy(out, "the client finished")
+        assert.truthy(out:find("status=200", 1, true), out)
+        assert.are.equal("slept", server.read_file(srv.dir .. "/g.body"))
+        assert.truthy(out:find("server closed the connection (application 0x100)", 1, true), out)
+        assert.truthy(out:find("rc=0", 1, true), out)
+        srv:stop()
+    end)
+
+    it("serves h3 from every worker", function()
+        local srv = start { workers = 2 }
+        with(srv, function()
+            local _, _, out, rc = h3(srv, "/", { "--connections", "20", "-w" })
+            assert.are.equal(0, rc, out)
+            assert.are.equal(20, select(2, out:gsub("status=200", "")), out)
+        end)
+    end)
+end)

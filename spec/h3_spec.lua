@@ -225,6 +225,21 @@ describe("HTTP/3 (--http3)", function()
         assert.truthy(out:find("--http3 needs a TLS listener", 1, true), out)
     end)
 
+    it("resets a request stream whose head does not complete within header_timeout_ms", function()
+        local srv = start { args = { "--header-timeout-ms", "300" } }
+        with(srv, function()
+            local t0 = server.now()
+            local _, _, out, rc = h3(srv, "/", { "--stall-headers" })
+            assert.are.equal(0, rc, out)
+            assert.truthy(out:find("reset 0x10d", 1, true), out) -- H3_REQUEST_INCOMPLETE
+            assert.truthy(server.now() - t0 < 5, "within the header timeout (and its tick)")
+            -- the connection and the server go on
+            local head, _, out2, rc2 = h3(srv, "/")
+            assert.are.equal(0, rc2, out2)
+            assert.are.equal(200, status_of(head), head)
+        end)
+    end)
+
     it("answers 408 when a request body stalls past body_timeout_ms", function()
         local srv = start { args = { "--body-timeout-ms", "300" } }
         with(srv, function()

@@ -14,6 +14,9 @@
  *          -w                 print "status=N" for each response on stderr
  *          --declare-length N send content-length N with the -d body and never finish the
  *                             body (a stalled upload: the server's body timeout answers)
+ *          --stall-headers    open a request stream, send the first bytes of a HEADERS frame
+ *                             and nothing more; succeed when the server resets the stream
+ *                             (its header timeout), printing "reset 0xCODE"
  *          --linger S         after the last response keep the connection open S seconds,
  *                             and say so if the server closes it meanwhile
  * Out:   exit 0 when every response arrived complete; 1 otherwise (a message on stderr).
@@ -42,7 +45,7 @@ typedef struct {
     char *body;
     size_t body_len;
     FILE *dump, *out;
-    int repeat, conns, verbose;
+    int repeat, conns, verbose, stall_headers;
     double timeout, linger;
     long long declare_length;
 } opts_t;
@@ -59,6 +62,7 @@ typedef struct {
     int64_t sid;
     int done_requests, in_flight, status, failed, closed, body_sent;
     int complete; /* the current response ended */
+    int raw_pending;  /* --stall-headers: the partial frame is still to be sent */
     uint64_t linger_until;
     uint64_t last_progress;
 } client_t;
@@ -212,6 +216,11 @@ static int submit_request(client_t *c)
 {
     if (ngtcp2_conn_open_bidi_stream(c->qc, &c->sid, NULL) != 0)
         return -1;
+    if (O.stall_headers) {
+        c->raw_pending = 1; /* write_out sends it on the stream, around nghttp3 */
+        c->in_flight = 1;
+        return 0;
+    }
     nghttp3_nv nv[80];
     size_t k = 0;
 #define NV(n, v) (nghttp3_nv){(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), 0}
@@ -330,8 +339,13 @@ static int q_stream_close(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint64_t
 static int q_stream_reset(ngtcp2_conn *qc, int64_t sid, uint64_t fs, uint64_t code, void *ud,
                           void *sud)
 {
-    (void)qc, (void)fs, (void)code, (void)sud;
+    (void)qc, (void)fs, (void)sud;
     client_t *c = ud;
+    if (O.stall_headers && sid == c->sid && c->in_flight) {
+        fprintf(stderr, "reset 0x%llx\n", (unsigned long long)code);
+        c->complete = 1;
+        finish_request(c);
+    }
     if (c->h3)
         nghttp3_conn_shutdown_stream_read(c->h3, sid);
     return 0;
@@ -358,6 +372,19 @@ static int write_out(client_t *c)
     ngtcp2_path_storage_zero(&ps);
     ngtcp2_pkt_info pi;
     uint64_t ts = now_ns();
+    if (c->raw_pending) {
+        /* HEADERS (type 0x01), length 100, then nothing: a head that never completes */
+        static uint8_t partial[] = {0x01, 0x40, 0x64, 0x00};
+        ngtcp2_vec v = {partial, sizeof partial};
+        ngtcp2_ssize nd = -1;
+        ngtcp2_ssize n = ngtcp2_conn_writev_stream(c->qc, &ps.path, &pi, buf, sizeof buf, &nd, 0,
+                                                   c->sid, &v, 1, ts);
+        if (n > 0 && nd == (ngtcp2_ssize)sizeof partial) {
+            c->raw_pending = 0;
+            if (send(c->fd, buf, (size_t)n, 0) < 0 && errno != EAGAIN)
+                return -1;
+        }
+    }
     for (int guard = 0; guard < 100000; guard++) {
         int64_t sid = -1;
         int fin = 0;
@@ -647,6 +674,8 @@ int main(int argc, char **argv)
             O.declare_length = atoll(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "--linger") == 0)
             O.linger = atof(argv[++i]);
+        else if (strcmp(a, "--stall-headers") == 0)
+            O.stall_headers = 1;
         else if (strcmp(a, "-w") == 0)
             O.verbose = 1;
         else if (a[0] != '-' && !url)

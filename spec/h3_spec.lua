@@ -300,6 +300,35 @@ describe("HTTP/3 (--http3)", function()
         srv:stop()
     end)
 
+    it("serves a page to headless Chromium over h3 (nextHopProtocol)", function()
+        local app = APP .. [==[
+k.get("/page", function(req, res)
+    res.headers["content-type"] = "text/html"
+    return [[<html><body><p id="p">waiting</p><script>document.getElementById('p').textContent=
+'proto=' + performance.getEntriesByType('navigation')[0].nextHopProtocol;</script></body></html>]]
+end)
+]==]
+        local srv = start { app = app }
+        with(srv, function()
+            local port = quic_port(srv)
+            local spki = srv:log():match("SPKI sha256 (%S+)")
+            assert.truthy(spki, srv:log())
+            local profile = srv.dir .. "/chromium"
+            os.execute("mkdir -p " .. sh_quote(profile))
+            local cmd = table.concat({
+                "timeout 90 chromium --headless --no-sandbox --disable-gpu",
+                "--disable-background-networking --disable-component-update --disable-sync",
+                "--no-first-run --user-data-dir=" .. sh_quote(profile),
+                "--origin-to-force-quic-on=127.0.0.1:" .. port,
+                "--ignore-certificate-errors-spki-list=" .. sh_quote(spki),
+                "--dump-dom " .. sh_quote(string.format("https://127.0.0.1:%d/page", port)),
+                "2>/dev/null",
+            }, " ")
+            local out = run(cmd)
+            assert.truthy(out:find(">proto=h3<", 1, true), out)
+        end)
+    end)
+
     it("serves h3 from every worker", function()
         local srv = start { workers = 2 }
         with(srv, function()

@@ -6,6 +6,7 @@
 #include "kh_listen.h"
 
 #include <errno.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,29 @@ int kh_listen_tcp(kh_listen_addr *la, int n)
     return 0;
 }
 
+/* Steers each QUIC packet to the worker that owns its destination connection ID: the QUIC
+ * module puts the worker's id in the first byte of every CID it issues, and a reuseport group
+ * picks socket <index> in bind order, which is worker order. The program sees the UDP payload:
+ * a short header (bit 0x80 clear) has the DCID at byte 1, a long header at byte 6 (after flags,
+ * version and the DCID length). A client's first Initial carries a DCID of its own choosing:
+ * its byte mod n picks a worker at random, the same for every retransmission, and that worker's
+ * CIDs bring the rest of the connection back to it, from any address (NAT rebinding,
+ * migration). The index is taken mod n, so it always names a socket of the group. */
+static int attach_cid_router(int fd, int n)
+{
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x80, 2, 0),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 1), /* short header */
+        BPF_JUMP(BPF_JMP | BPF_JA, 1, 0, 0),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 6), /* long header */
+        BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, (uint32_t)n),
+        BPF_STMT(BPF_RET | BPF_A, 0),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
+    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog);
+}
+
 int kh_listen_udp(kh_listen_addr *la, int n)
 {
     la->udp_fds = new_fds(n);
@@ -98,6 +122,10 @@ int kh_listen_udp(kh_listen_addr *la, int n)
             return -1;
         }
     }
+    if (n > 1 && attach_cid_router(la->udp_fds[0], n) != 0)
+        fprintf(stderr, "khamsin: %s:%d (quic): no CID routing between workers (%s): a client "
+                "whose address changes may lose its connection\n", la->host, la->port,
+                strerror(errno));
     return 0;
 }
 

@@ -17,8 +17,9 @@
  * stderr (the fds made so far stay in la->fds for the caller to close). */
 int kh_listen_tcp(kh_listen_addr *la, int n);
 /* n UDP sockets on la->port (the port the TCP sockets got, so `:0` serves TCP and QUIC on one
- * number), non-blocking, SO_REUSEPORT, in worker order, into la->udp_fds. Returns 0 or -1 as
- * kh_listen_tcp does. */
+ * number), non-blocking, SO_REUSEPORT, in worker order, into la->udp_fds; with n > 1 a cBPF
+ * program (SO_ATTACH_REUSEPORT_CBPF) routes each packet by the worker id in its destination
+ * connection ID. Returns 0 or -1 as kh_listen_tcp does. */
 int kh_listen_udp(kh_listen_addr *la, int n);
 /* Closes (and frees) every fd of la that is still open. */
 void kh_listen_close(kh_listen_addr *la, int n);

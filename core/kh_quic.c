@@ -11,9 +11,10 @@
  *        when the call returns); accepts a connection over the `connections` limit or while the
  *        worker stops (its Initial is dropped: the client retries or falls back to TCP); parses
  *        HTTP/3.
- * CIDs: every CID we issue is SCID_LEN bytes, the first the worker's id (routing by CID, for
- *        a reuseport program, is not done yet: see README "HTTP/3"). Stateless reset tokens come
- *        from a secret all workers share (ctx). */
+ * CIDs: every CID we issue is SCID_LEN bytes, the first the worker's id, by which the reuseport
+ *        program of kh_listen.c routes packets to their worker. Stateless reset tokens come from
+ *        a secret all workers share (ctx); a short-header packet for an unknown CID of this
+ *        worker gets a stateless reset, one for another worker's CID nothing. */
 #include <ngtcp2/ngtcp2.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 #include <netinet/in.h>
@@ -659,6 +660,33 @@ static void send_vn(quic_sock *s, const ngtcp2_version_cid *vc, const struct soc
         send_to(s, to, out, (size_t)n);
 }
 
+/* A short-header packet for a CID this worker issued but no longer knows (restarted, closed):
+ * a stateless reset (RFC 9000 §10.3) tells the peer at once instead of its idle timeout. Not
+ * for CIDs of another worker (their owner answers; reuseport routing sends them there), and
+ * always shorter than what came in, so two endpoints cannot loop. */
+static void send_reset(quic_sock *s, const ngtcp2_version_cid *vc, size_t n,
+                       const struct sockaddr *to)
+{
+    if (vc->dcidlen != SCID_LEN || vc->dcid[0] != (uint8_t)s->ep->w->id || n < 22)
+        return;
+    ngtcp2_cid cid;
+    ngtcp2_cid_init(&cid, vc->dcid, vc->dcidlen);
+    uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN], rnd[64], out[128];
+    if (ngtcp2_crypto_generate_stateless_reset_token(token, s->ep->ctx->secret,
+                                                     sizeof s->ep->ctx->secret, &cid) != 0)
+        return;
+    size_t len = n - 1 < sizeof out ? n - 1 : sizeof out;
+    size_t randlen = len - NGTCP2_STATELESS_RESET_TOKENLEN;
+    if (randlen < NGTCP2_MIN_STATELESS_RESET_RANDLEN)
+        return;
+    if (randlen > sizeof rnd)
+        randlen = sizeof rnd;
+    kh_quic_rand(rnd, randlen);
+    ngtcp2_ssize k = ngtcp2_pkt_write_stateless_reset(out, sizeof out, token, rnd, randlen);
+    if (k > 0)
+        send_to(s, to, out, (size_t)k);
+}
+
 static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *addr,
                     unsigned flags)
 {
@@ -683,6 +711,10 @@ static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struc
     kh_quic_conn *q = cid_find(s->ep, vc.dcid, vc.dcidlen);
     if (q == NULL) {
         ngtcp2_pkt_hd hd;
+        if (!(data[0] & 0x80)) {
+            send_reset(s, &vc, n, addr);
+            return;
+        }
         /* only a client Initial opens a connection; anything else unknown is dropped (cheaply:
          * no state, no answer) */
         if (ngtcp2_accept(&hd, data, n) != 0)

@@ -329,6 +329,64 @@ end)
         end)
     end)
 
+    it("keeps a connection on its worker across a NAT rebinding (CID routing, 2 workers)", function()
+        local app = APP .. [==[
+k.post("/up", function(req) return "got " .. #req:body() end)
+]==]
+        local srv = start { app = app, workers = 2, args = { "--body-bytes", "10000000", "--log-level", "debug" } }
+        with(srv, function()
+            local port = quic_port(srv)
+            local up = srv.dir .. "/up.bin"
+            local f = assert(io.open(up, "wb"))
+            f:write(string.rep("0123456789abcdef", 150000)) -- 2.4 MB: still uploading when it rebinds
+            f:close()
+            -- the client changes its source port mid-upload without telling the server (NAT
+            -- rebinding); the kernel's reuseport hash would pick a worker anew for the new
+            -- address, the CID router sends the packets to the worker that owns the connection
+            for i = 1, 4 do
+                local out, rc = run(string.format("timeout 60 gtlsclient --exit-on-all-streams-close " ..
+                    "--change-local-addr=50ms --nat-rebinding -m POST -d %s 127.0.0.1 %d https://127.0.0.1:%d/up",
+                    sh_quote(up), port, port))
+                assert.are.equal(0, rc, out:sub(-3000))
+                assert.truthy(out:find("Local address is now", 1, true), "run " .. i .. ": it rebound")
+                assert.truthy(out:find("[:status: 200]", 1, true), out:sub(-3000))
+            end
+            local _, conns = srv:log():gsub("quic: new connection", "")
+            assert.are.equal(4, conns, "one connection per run, none re-created on another worker")
+        end)
+    end)
+
+    it("answers a packet for an unknown connection ID of its own with a stateless reset", function()
+        local srv = start { args = { "--log-level", "debug" } }
+        with(srv, function()
+            -- a short-header packet whose DCID is 18 bytes starting with worker 0's id: no such
+            -- connection, so a stateless reset (shorter than the packet, ending in a 16-byte token)
+            local script = string.format([=[
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+pkt = bytes([0x40, 0x00]) + bytes(range(1, 18)) + bytes(40)
+s.sendto(pkt, ("127.0.0.1", %d))
+data, _ = s.recvfrom(2048)
+print("reset", len(data), len(pkt), data[0] & 0xc0)
+other = bytes([0x40, 0x07]) + bytes(range(1, 18)) + bytes(40)
+s.sendto(other, ("127.0.0.1", %d))
+try:
+    s.settimeout(1)
+    s.recvfrom(2048)
+    print("answered another worker's CID")
+except socket.timeout:
+    print("silent for another worker's CID")
+]=], quic_port(srv), quic_port(srv))
+            local out = run("/usr/bin/python3 -c " .. sh_quote(script))
+            local got, sent, bits = out:match("reset (%d+) (%d+) (%d+)")
+            assert.truthy(got, out)
+            assert.truthy(tonumber(got) < tonumber(sent), out)
+            assert.are.equal(64, tonumber(bits), "a short header with the fixed bit: " .. out)
+            assert.truthy(out:find("silent for another worker's CID", 1, true), out)
+        end)
+    end)
+
     it("serves h3 from every worker", function()
         local srv = start { workers = 2 }
         with(srv, function()

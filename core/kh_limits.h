@@ -46,7 +46,8 @@
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
     X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")               \
-    X(h3_max_streams, 100, 1, 10000, "HTTP/3 request streams a peer may open at once (QUIC initial_max_streams_bidi)")
+    X(h3_max_streams, 100, 1, 10000, "HTTP/3 request streams a peer may open at once (QUIC initial_max_streams_bidi)") \
+    X(h3_retry_above, 1000, 0, 10000000, "connections open on a worker above which a new QUIC client must first prove its address with a Retry (0: always)")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

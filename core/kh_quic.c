@@ -7,6 +7,8 @@
  * In:    datagrams; the worker's flush pass (kh_wconn.flush), its variable-deadline timer
  *        (ngtcp2_conn_get_expiry and kh_h3's application timeouts), its stop walks.
  * Out:   datagrams (one sendmsg each); stream data to kh_h3; CONNECTION_CLOSE.
+ * Retry: above h3_retry_above connections on the worker, a new client gets a Retry first (its
+ *        token sealed with the secret the workers share, so any worker can check it).
  * Never: frees a connection inside an ngtcp2 or nghttp3 callback (closing is flagged and done
  *        when the call returns); accepts a connection over the `connections` limit or while the
  *        worker stops (its Initial is dropped: the client retries or falls back to TCP); parses
@@ -555,7 +557,9 @@ static void peer_from(kh_addr *a, const struct sockaddr *sa)
     }
 }
 
-static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp2_path *path)
+/* odcid: the client's first DCID, from a verified Retry token (NULL: no Retry happened) */
+static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp2_path *path,
+                              const ngtcp2_cid *odcid)
 {
     quic_ep *ep = s->ep;
     kh_worker *w = ep->w;
@@ -610,6 +614,11 @@ static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp
     p.max_idle_timeout = (l->keepalive_timeout_ms ? l->keepalive_timeout_ms : 1000) *
                          NGTCP2_MILLISECONDS; /* 0 would mean no idle timeout at all in QUIC */
     p.original_dcid = hd->dcid;
+    if (odcid) { /* RFC 9000 §7.3: after a Retry, both go in the transport parameters */
+        p.original_dcid = *odcid;
+        p.retry_scid = hd->dcid;
+        p.retry_scid_present = 1;
+    }
 
     ngtcp2_cid scid;
     new_scid(q, &scid, SCID_LEN);
@@ -687,6 +696,27 @@ static void send_reset(quic_sock *s, const ngtcp2_version_cid *vc, size_t n,
         send_to(s, to, out, (size_t)k);
 }
 
+/* Address validation (RFC 9000 §8.1.2) when the worker is under load: a Retry carrying a token
+ * sealed with the workers' shared secret, bound to the client's address and its first DCID;
+ * its new SCID bears this worker's id, so the client's next Initial comes back here. */
+static void send_retry(quic_sock *s, const ngtcp2_pkt_hd *hd, const struct sockaddr *to,
+                       socklen_t tolen)
+{
+    kh_quic_conn dummy = {.ep = s->ep};
+    ngtcp2_cid scid;
+    new_scid(&dummy, &scid, SCID_LEN);
+    uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN], out[MAX_UDP];
+    ngtcp2_ssize tl = ngtcp2_crypto_generate_retry_token(
+        token, s->ep->ctx->secret, sizeof s->ep->ctx->secret, hd->version, to, tolen, &scid,
+        &hd->dcid, now_ts());
+    if (tl < 0)
+        return;
+    ngtcp2_ssize n = ngtcp2_crypto_write_retry(out, sizeof out, hd->version, &hd->scid, &scid,
+                                               &hd->dcid, token, (size_t)tl);
+    if (n > 0)
+        send_to(s, to, out, (size_t)n);
+}
+
 static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *addr,
                     unsigned flags)
 {
@@ -721,7 +751,22 @@ static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struc
             return;
         if (!kh_worker_conn_room(s->ep->w))
             return; /* at the `connections` limit, or stopping */
-        q = conn_new(s, &hd, &path);
+        ngtcp2_cid odcid;
+        int retried = 0;
+        if (hd.type == NGTCP2_PKT_INITIAL && hd.token.len &&
+            hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
+            if (ngtcp2_crypto_verify_retry_token(&odcid, hd.token.base, hd.token.len,
+                                                 s->ep->ctx->secret, sizeof s->ep->ctx->secret,
+                                                 hd.version, addr, alen, &hd.dcid,
+                                                 10 * NGTCP2_SECONDS, now_ts()) != 0)
+                return; /* forged, expired, or from another address: dropped */
+            retried = 1;
+        }
+        if (!retried && s->ep->w->num_conns >= s->ep->w->limits->h3_retry_above) {
+            send_retry(s, &hd, addr, alen);
+            return;
+        }
+        q = conn_new(s, &hd, &path, retried ? &odcid : NULL);
         if (q == NULL)
             return;
     }

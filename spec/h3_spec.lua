@@ -387,6 +387,31 @@ except socket.timeout:
         end)
     end)
 
+    it("validates new clients' addresses with a Retry above h3_retry_above", function()
+        local srv = start { workers = 2, args = { "--h3-retry-above", "0" } }
+        with(srv, function()
+            local port = quic_port(srv)
+            local out, rc = run(string.format("timeout 20 gtlsclient --exit-on-all-streams-close " ..
+                "127.0.0.1 %d https://127.0.0.1:%d/", port, port))
+            assert.are.equal(0, rc, out:sub(-3000))
+            assert.truthy(out:find("type=Retry", 1, true), "the server sent a Retry")
+            assert.truthy(out:find("retry_source_connection_id=", 1, true), out:sub(-3000))
+            assert.truthy(out:find("[:status: 200]", 1, true), out:sub(-3000))
+            local _, _, out2, rc2 = h3(srv, "/", { "--connections", "5", "-w" })
+            assert.are.equal(0, rc2, out2)
+            assert.are.equal(5, select(2, out2:gsub("status=200", "")), out2)
+        end)
+        -- under the threshold (the default): no Retry
+        local calm = start()
+        with(calm, function()
+            local port = quic_port(calm)
+            local out, rc = run(string.format("timeout 20 gtlsclient --exit-on-all-streams-close " ..
+                "127.0.0.1 %d https://127.0.0.1:%d/", port, port))
+            assert.are.equal(0, rc, out:sub(-3000))
+            assert.falsy(out:find("type=Retry", 1, true), "no Retry")
+        end)
+    end)
+
     it("serves h3 from every worker", function()
         local srv = start { workers = 2 }
         with(srv, function()

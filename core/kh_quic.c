@@ -2,11 +2,12 @@
  * table and its QUIC connections (with kh_quic_crypto.c, the only files that know the 0.12
  * API; kh_h3.c speaks to this file through kh_quic.h).
  * Owns:  per worker an endpoint (w->quic): one uv_udp_t per TLS listener on the fd main bound
- *        (cfg->listens[i].udp_fds[w->id]), a 64 KiB receive buffer, the CID hash table; per
+ *        (cfg->listens[i].udp_fds[w->id]), a 640 KiB receive buffer (recvmmsg batches of 10;
+ *        the answers leave at the flush pass after the whole batch), the CID table; per
  *        connection the ngtcp2_conn, its TLS session, its kh_h3, a kh_dtimer and its CIDs.
  * In:    datagrams; the worker's flush pass (kh_wconn.flush), its variable-deadline timer
  *        (ngtcp2_conn_get_expiry and kh_h3's application timeouts), its stop walks.
- * Out:   datagrams (one sendmsg each); stream data to kh_h3; CONNECTION_CLOSE.
+ * Out:   datagrams (one sendmsg each: no GSO yet); stream data to kh_h3; CONNECTION_CLOSE.
  * Retry: above h3_retry_above connections on the worker, a new client gets a Retry first (its
  *        token sealed with the secret the workers share, so any worker can check it).
  * Never: frees a connection inside an ngtcp2 or nghttp3 callback (closing is flagged and done
@@ -35,6 +36,9 @@
 #define SCID_LEN 18
 #define MAX_UDP 1452 /* a payload that fits a 1500-byte MTU with IPv6 */
 #define H3_NO_ERROR 0x100
+/* The receive buffer: libuv 1.44 reads a batch with recvmmsg(2) only when the buffer holds at
+ * least two 64 KiB datagrams (batch = size / 64 KiB, at most 20): 10 per syscall here. */
+#define RBUF_SIZE (10 * 65536)
 
 struct kh_h3_ctx {
     kh_quic_creds *creds;
@@ -655,7 +659,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *b)
 {
     quic_sock *s = h->data;
     b->base = s->ep->rbuf;
-    b->len = 65536;
+    b->len = RBUF_SIZE;
 }
 
 static void send_vn(quic_sock *s, const ngtcp2_version_cid *vc, const struct sockaddr *to)
@@ -845,7 +849,7 @@ int kh_quic_worker_open(kh_worker *w, kh_h3_ctx *ctx, char *err, size_t errlen)
     quic_ep *ep = kh_xcalloc(1, sizeof *ep);
     ep->w = w;
     ep->ctx = ctx;
-    ep->rbuf = kh_xmalloc(65536);
+    ep->rbuf = kh_xmalloc(RBUF_SIZE);
     ep->socks = kh_xcalloc((size_t)cfg->num_listens, sizeof *ep->socks);
     ep->nsocks = cfg->num_listens;
     w->quic = ep;
@@ -856,7 +860,7 @@ int kh_quic_worker_open(kh_worker *w, kh_h3_ctx *ctx, char *err, size_t errlen)
         if (cfg->listens[i].udp_fds == NULL)
             continue;
         int fd = cfg->listens[i].udp_fds[w->id];
-        uv_udp_init(&w->loop, &s->udp);
+        uv_udp_init_ex(&w->loop, &s->udp, AF_UNSPEC | UV_UDP_RECVMMSG);
         s->udp.data = s;
         s->fd = fd;
         ep->open_socks++;

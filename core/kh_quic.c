@@ -494,6 +494,14 @@ static int stream_close(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint64_t c
         code = H3_NO_ERROR;
     if (q->h3 && kh_h3_stream_closed(q->h3, sid, code) != 0)
         return NGTCP2_ERR_CALLBACK_FAILURE;
+    /* ngtcp2 does not raise the peer's stream limit by itself: one closed, one more allowed
+     * (so h3_max_streams bounds the streams open at once, not per connection) */
+    if (!(sid & 1)) {
+        if (sid & 2)
+            ngtcp2_conn_extend_max_streams_uni(qc, 1);
+        else
+            ngtcp2_conn_extend_max_streams_bidi(qc, 1);
+    }
     return 0;
 }
 

@@ -212,9 +212,13 @@ static nghttp3_ssize read_body(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, s
     return 1;
 }
 
+/* 0 when submitted; 1 when the server's stream limit says wait (MAX_STREAMS comes later) */
 static int submit_request(client_t *c)
 {
-    if (ngtcp2_conn_open_bidi_stream(c->qc, &c->sid, NULL) != 0)
+    int r = ngtcp2_conn_open_bidi_stream(c->qc, &c->sid, NULL);
+    if (r == NGTCP2_ERR_STREAM_ID_BLOCKED)
+        return 1;
+    if (r != 0)
         return -1;
     if (O.stall_headers) {
         c->raw_pending = 1; /* write_out sends it on the stream, around nghttp3 */
@@ -285,7 +289,7 @@ static int setup_h3(client_t *c)
         nghttp3_conn_bind_control_stream(c->h3, ctrl) ||
         nghttp3_conn_bind_qpack_streams(c->h3, enc, dec))
         return -1;
-    return submit_request(c);
+    return submit_request(c) < 0 ? -1 : 0;
 }
 
 /* ---- ngtcp2 ---- */
@@ -558,7 +562,7 @@ static int run_conn(void)
             c.last_progress = now_ns();
         }
         if (c.h3 && !c.in_flight && c.done_requests < O.repeat) {
-            if (submit_request(&c) != 0)
+            if (submit_request(&c) < 0)
                 break;
             if (write_out(&c) != 0)
                 break;

@@ -43,16 +43,21 @@ run_one() { # proto -> prints requests per server CPU second
     local url="https://127.0.0.1:$port/"
     # warm-up
     taskset -c 0 "$H3GET" --repeat 50 -o /dev/null "$url" >/dev/null 2>&1
-    local t0 t1
+    local t0 t1 ok=1
+    yes "url = \"$url\"" | head -n "$N" > "$TMP/urls"
     t0=$(cpu_ticks $pid)
     case $proto in
-    h3) taskset -c 0 "$H3GET" --repeat "$N" -o /dev/null "$url" >/dev/null ;;
-    h1) yes "url = \"$url\"" | head -n "$N" > "$TMP/urls"
-        taskset -c 0 curl -sk --http1.1 -K "$TMP/urls" -o /dev/null >/dev/null ;;
-    h2) yes "url = \"$url\"" | head -n "$N" > "$TMP/urls"
-        taskset -c 0 curl -sk --http2 -K "$TMP/urls" -o /dev/null >/dev/null ;;
+    h3) taskset -c 0 "$H3GET" --repeat "$N" -o /dev/null "$url" >/dev/null || ok=0 ;;
+    h1) taskset -c 0 curl -sfk --http1.1 -K "$TMP/urls" -o /dev/null >/dev/null || ok=0 ;;
+    h2) taskset -c 0 curl -sfk --http2 -K "$TMP/urls" -o /dev/null >/dev/null || ok=0 ;;
     esac
     t1=$(cpu_ticks $pid)
+    if [ $ok = 0 ]; then
+        kill $pid; wait $pid 2>/dev/null || true
+        echo "FAILED: the $proto client did not complete $N requests" >&2
+        echo FAILED
+        return
+    fi
     kill $pid; wait $pid 2>/dev/null || true
     local hz; hz=$(getconf CLK_TCK)
     awk -v n="$N" -v d="$((t1 - t0))" -v hz="$hz" 'BEGIN { if (d == 0) d = 1; printf "%.0f\n", n / (d / hz) }'
@@ -68,6 +73,7 @@ declare -A R
 for r in $(seq 1 "$ROUNDS"); do
     for p in h3 h1 h2; do
         v=$(run_one $p)
+        if [ "$v" = FAILED ]; then echo "round $r $p FAILED: no figures from this run"; exit 1; fi
         R[$p]="${R[$p]:-} $v"
         echo "round $r $p $v"
     done

@@ -2,8 +2,10 @@
  * Owns:  the uv_tcp_t, the unconsumed input (in), the output queue (out, plus one in-flight
  *        write), its timeout entry, the protocol's inline state, and on a TLS listener its
  *        kh_tls transport (then `in` and `out` hold plaintext).
- * In:    bytes from the socket (lent from the worker's read slab), protocol output, timeouts.
- * Out:   on_read/on_eof/on_timeout/on_shutdown/on_close calls into the protocol; writes.
+ * In:    bytes from the socket (lent from the worker's read slab), protocol output, timeouts;
+ *        the worker's flush pass and stop walks through its registry entry (wc).
+ * Out:   on_read/on_eof/on_timeout/on_shutdown/on_close calls into the protocol; writes. Which
+ *        protocol starts is kh_proto's choice (ALPN, preface, Upgrade), not this file's.
  * Never: parses a byte of HTTP.
  * Memory: an idle keep-alive connection holds this struct only (no buffer, no stream). */
 #ifndef KH_CONN_H

@@ -1,7 +1,8 @@
 /* kh_stream.c: the protocol-neutral request/response (see kh_stream.h).
  * Owns:  stream pooling and generations, the head arena, the request body buffer, routing (on
  *        the path's normal form, kh_path.h) and the replies the engine gives without the app
- *        (400 for a path with no normal form or a param holding "..", 404, 405, 413).
+ *        (400 for a path with no normal form or a param holding "..", 413; 404 and 405 unless
+ *        the app asked for them: kh_router_set_fallback).
  * In:    kh_stream_on_* from protocols; kh_stream_send_* from the app.
  * Out:   sink calls; kh_app_vt calls; access-log lines.
  * Never: formats wire bytes. */
@@ -212,11 +213,15 @@ void kh_stream_on_head(kh_stream *s)
         kh_stream_respond_error(s, 400, "a path parameter holds a '..' segment", 0);
         return;
     }
-    if (m.status == 404) {
+    if ((m.status == 404 || m.status == 405) && kh_router_fallback(w->router) != 0) {
+        /* the app has middleware or error handlers: they see unmatched requests too */
+        m.value = kh_router_fallback(w->router);
+        s->route_status = m.status;
+    } else if (m.status == 404) {
         kh_stream_respond_error(s, 404, "Not Found", 0);
         return;
     }
-    if (m.status == 405) {
+    else if (m.status == 405) {
         kh_header allow = {KH_STR_LIT("Allow"), {m.allow, strlen(m.allow)}};
         kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain; charset=utf-8")};
         kh_header hs[2] = {allow, ct};

@@ -100,6 +100,7 @@ struct kh_stream {
 
     /* routing */
     intptr_t route_value;
+    int route_status; /* 0 matched; 404 / 405 when route_value is the router's fallback */
     uint32_t num_params;
     kh_route_param params[KH_ROUTER_MAX_PARAMS];
 
@@ -136,7 +137,8 @@ void kh_stream_on_body_end(kh_stream *s);
  * is out yet (else resets), and tells an app waiting for the body. */
 void kh_stream_on_body_error(kh_stream *s, int status, const char *reason);
 /* The head (and any body bytes already at hand) is in: answers 413 / 404 / 405 itself, or
- * dispatches to the app. The response may be complete when this returns. */
+ * dispatches to the app (404 / 405 too, with route_status set, when the router has a fallback
+ * value: kh_router_set_fallback). The response may be complete when this returns. */
 void kh_stream_on_head(kh_stream *s);
 /* The protocol side is gone (connection lost, reset, bad framing): the app is told, the
  * protocol's ref is dropped, and s->proto cleared. */

@@ -54,6 +54,7 @@ local function add(what, method, path, fn)
     end
     local ok, err = core.route(method, path, fn)
     if not ok then raise(err) end
+    request.patterns[err] = path -- the route's ref -> its pattern, for req.route
 end
 
 for _, m in ipairs { "get", "post", "put", "patch", "delete", "options" } do
@@ -316,10 +317,30 @@ function k._event(kind, ...)
     if fn then fn(...) end
 end
 
+-- Middleware and error handlers (khamsin.middleware, loaded by the first k.use / k.on_error /
+-- k.cors): with them every request, matched or not, runs through the chain.
+local mw
+
+function k.use(prefix, fn)
+    mw = mw or require "khamsin.middleware"
+    mw.use(prefix, fn)
+end
+
+function k.on_error(status, fn)
+    mw = mw or require "khamsin.middleware"
+    mw.on_error(status, fn)
+end
+
+-- k.cors{...} returns a middleware: k.use(k.cors{origins = {"https://app.example"}})
+function k.cors(opts)
+    return require("khamsin.cors").new(opts)
+end
+
 -- One xpcall per request: the handler, then the turning of its return values into a reply.
 -- (errors.where names `handler`, serve's first argument, when the app's frames are gone.)
 local function answer(res, n, a, b, c)
     if rawget(res, "_deferred") then return end -- answered later, by d:send
+    if mw and b == mw.ENGINE then error(errors.http(a), 0) end -- the engine's 404/405
     if n > 3 then
         raise("the handler returned " .. n .. " values; the forms are body | status, body | "
             .. "status, body, headers")
@@ -334,8 +355,17 @@ local function serve(handler, req, res)
 end
 errors.set_runner(serve)
 
+local function serve_chain(handler, req, res)
+    answer(res, counted(mw.chain(handler, req, res)))
+end
+
 function k._run(handler, s, gen)
     local req, res = new_req(s, gen), new_res(s, gen)
+    if mw and mw.active() then
+        local ok, e = xpcall(serve_chain, on_error, handler, req, res)
+        if not ok then mw.fail(req, res, e, answer) end
+        return
+    end
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
 end

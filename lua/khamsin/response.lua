@@ -175,41 +175,71 @@ function M.finish(res, a, b, c, who)
     if ok == false then raise(err) end -- a header the engine refuses, a second answer
 end
 
--- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500).
-function M.fail(req, res, e)
+-- The headers a reply carries onto an error page: what the handler or a middleware put in
+-- res.headers (CORS, Vary, cookies...), except the fields that describe a body other than the
+-- page's own.
+local function error_headers(res)
+    local rh = rawget(res, "headers")
+    if type(rh) ~= "table" then return nil end
+    local out
+    for k, v in pairs(rh) do
+        if type(k) == "string" then
+            local l = lower(k)
+            if l ~= "content-type" and l ~= "content-length" and l ~= "content-encoding"
+                    and l ~= "content-range" and l ~= "etag" and l ~= "last-modified" then
+                out = out or {}
+                out[k] = v
+            end
+        end
+    end
+    return out
+end
+
+-- Logs a handler's bug (the traceback) as an [error] line.
+function M.log_error(req, e)
+    local tb = type(e) == "table" and e.traceback or tostring(e)
+    -- core.log starts the line with "request <id>: " (it runs in the request's coroutine)
+    log(0, "handler error on " .. tostring(req.method) .. " "
+        .. tostring(req.path) .. ": " .. tb)
+    return tb
+end
+
+-- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500). The page
+-- carries res.headers (error_headers). logged: the bug was logged already (khamsin.middleware).
+function M.fail(req, res, e, logged)
     if defer then defer.drop(res) end -- nothing to drop before the first res:defer()
     if errors.is_aborted(e) then return end -- the engine answered, or nobody is listening
+    local h = error_headers(res)
     if errors.is_busy(e) then
-        respond(res._s, res._g, 503, "Service Unavailable: " .. tostring(e.reason) .. "\n",
-            { ["Retry-After"] = "1" }, TEXT)
+        h = h or {}
+        h["Retry-After"] = "1"
+        respond(res._s, res._g, 503, "Service Unavailable: " .. tostring(e.reason) .. "\n", h, TEXT)
         return
     end
     if errors.is_http(e) then
         local msg = e.message
         if e.status == 204 or e.status == 304 then -- no content (RFC 9110 §15.3.5, §15.4.5)
-            respond(res._s, res._g, e.status, "", nil, nil)
+            respond(res._s, res._g, e.status, "", h, nil)
             return
         end
         if type(msg) == "table" then -- k.fail(400, {error = "bad"}): JSON, as a returned table
             local out, emsg, path = json_encode(msg)
             if out then
-                respond(res._s, res._g, e.status, out, nil, JSON)
+                respond(res._s, res._g, e.status, out, h, JSON)
                 return
             end
             msg = "(k.fail's table message cannot be sent as JSON: " .. emsg .. ", at " .. path .. ")"
         elseif msg == nil then
             msg = core.reason(e.status) -- k.fail(404): "Not Found"
         end
-        respond(res._s, res._g, e.status, tostring(msg) .. "\n", nil, TEXT)
+        respond(res._s, res._g, e.status, tostring(msg) .. "\n", h, TEXT)
         return
     end
     local tb = type(e) == "table" and e.traceback or tostring(e)
-    -- core.log starts the line with "request <id>: " (it runs in the request's coroutine)
-    log(0, "handler error on " .. tostring(req.method) .. " "
-        .. tostring(req.path) .. ": " .. tb)
+    if not logged then M.log_error(req, e) end
     local body = "Internal Server Error\n"
     if core.dev then body = "Internal Server Error\n\n" .. tb .. "\n" end
-    respond(res._s, res._g, 500, body, nil, TEXT)
+    respond(res._s, res._g, 500, body, h, TEXT)
 end
 
 return M

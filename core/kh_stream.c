@@ -127,17 +127,19 @@ void kh_stream_set_head(kh_stream *s, kh_str method, kh_str target, kh_str path,
     for (size_t i = 0; i < n; i++) {
         copy_str(&at, &s->headers[i].name, h[i].name, 1);
         copy_str(&at, &s->headers[i].value, h[i].value, 0);
+        /* If-None-Match, If-Modified-Since (13, 17 bytes): checked at send_head (kh_cond.h) */
+        if (KH_UNLIKELY(h[i].name.len == 13 || h[i].name.len == 17) &&
+            (kh_str_eq(s->headers[i].name, "if-none-match", 13) ||
+             kh_str_eq(s->headers[i].name, "if-modified-since", 17)))
+            s->flags |= KH_STREAM_F_COND;
     }
     s->num_headers = (uint32_t)n;
     s->version_major = (uint8_t)major;
     s->version_minor = (uint8_t)minor;
     if (kh_str_eq(s->method, "HEAD", 4))
         s->flags |= KH_STREAM_F_HEAD_METHOD;
-    if ((s->flags & KH_STREAM_F_HEAD_METHOD) || kh_str_eq(s->method, "GET", 3))
-        for (size_t i = 0; i < n; i++)
-            if (kh_str_eq(s->headers[i].name, "if-none-match", 13) ||
-                kh_str_eq(s->headers[i].name, "if-modified-since", 17))
-                s->flags |= KH_STREAM_F_COND;
+    if (!(s->flags & KH_STREAM_F_HEAD_METHOD) && !kh_str_eq(s->method, "GET", 3))
+        s->flags &= (uint16_t)~KH_STREAM_F_COND; /* 304 is for GET and HEAD only */
 }
 
 const kh_header *kh_stream_header(const kh_stream *s, const char *lname, size_t len)
@@ -347,9 +349,9 @@ static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t 
     return r;
 }
 
-/* A conditional GET/HEAD answered 200: 304 with the fields a 304 keeps when the validators
- * match (kh_cond.h), else the 200 as it is. */
-static int send_head_cond(kh_stream *s, const kh_header *h, size_t n, int64_t content_length)
+/* A conditional GET/HEAD answered 200: 1 when the validators match (kh_cond.h), so the answer
+ * is 304 (send_304). */
+static int not_modified(const kh_stream *s, const kh_header *h, size_t n)
 {
     kh_str inm = {0}, ims = {0}, etag = {0}, lm = {0};
     const kh_header *f = kh_stream_header(s, "if-none-match", 13);
@@ -363,8 +365,12 @@ static int send_head_cond(kh_stream *s, const kh_header *h, size_t n, int64_t co
         else if (h[i].name.len == 13 && kh_str_ieq_lower(h[i].name, "last-modified", 13))
             lm = h[i].value;
     }
-    if (!kh_cond_not_modified(inm, ims, etag, lm))
-        return send_head_extra(s, 200, h, n, content_length);
+    return kh_cond_not_modified(inm, ims, etag, lm);
+}
+
+/* 304 with the fields a 304 keeps; no body follows (send_data drops it). */
+static int send_304(kh_stream *s, const kh_header *h, size_t n)
+{
     kh_header local[16];
     kh_header *keep = n <= KH_ARRAY_LEN(local) ? local : kh_xmalloc(n * sizeof *keep);
     size_t k = kh_cond_304_headers(h, n, keep);
@@ -497,8 +503,8 @@ int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
             return KH_EINVAL;
     s->flags |= KH_STREAM_F_HEAD_SENT;
     s->status = status;
-    if (KH_UNLIKELY(s->flags & KH_STREAM_F_COND) && status == 200)
-        return send_head_cond(s, h, n, content_length);
+    if (KH_UNLIKELY(s->flags & KH_STREAM_F_COND) && status == 200 && not_modified(s, h, n))
+        return send_304(s, h, n);
     if (KH_UNLIKELY(s->worker->limits->compress) && !(s->flags & KH_STREAM_F_CODED))
         return send_head_compress(s, status, h, n, content_length);
     return send_head_extra(s, status, h, n, content_length);

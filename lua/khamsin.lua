@@ -319,16 +319,20 @@ end
 
 -- Middleware and error handlers (khamsin.middleware, loaded by the first k.use / k.on_error /
 -- k.cors): with them every request, matched or not, runs through the chain.
-local mw
+-- The first one swaps k._run for run_chain (the engine resolves k._run once the script has
+-- loaded), so an app without them runs exactly the direct path.
+local mw, run_chain
 
 function k.use(prefix, fn)
     mw = mw or require "khamsin.middleware"
     mw.use(prefix, fn)
+    k._run = run_chain
 end
 
 function k.on_error(status, fn)
     mw = mw or require "khamsin.middleware"
     mw.on_error(status, fn)
+    k._run = run_chain
 end
 
 -- k.cors{...} returns a middleware: k.use(k.cors{origins = {"https://app.example"}})
@@ -340,7 +344,6 @@ end
 -- (errors.where names `handler`, serve's first argument, when the app's frames are gone.)
 local function answer(res, n, a, b, c)
     if rawget(res, "_deferred") then return end -- answered later, by d:send
-    if mw and b == mw.ENGINE then error(errors.http(a), 0) end -- the engine's 404/405
     if n > 3 then
         raise("the handler returned " .. n .. " values; the forms are body | status, body | "
             .. "status, body, headers")
@@ -355,19 +358,23 @@ local function serve(handler, req, res)
 end
 errors.set_runner(serve)
 
-local function serve_chain(handler, req, res)
-    answer(res, counted(mw.chain(handler, req, res)))
-end
-
 function k._run(handler, s, gen)
     local req, res = new_req(s, gen), new_res(s, gen)
-    if mw and mw.active() then
-        local ok, e = xpcall(serve_chain, on_error, handler, req, res)
-        if not ok then mw.fail(req, res, e, answer) end
-        return
-    end
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
+end
+
+-- With middleware or error handlers: the chain (khamsin.middleware), and errors through k.on_error.
+local function serve_chain(handler, req, res)
+    local n, a, b, c = counted(mw.chain(handler, req, res))
+    if b == mw.ENGINE then error(errors.http(a), 0) end -- the engine's 404/405, passed on
+    answer(res, n, a, b, c)
+end
+
+function run_chain(handler, s, gen)
+    local req, res = new_req(s, gen), new_res(s, gen)
+    local ok, e = xpcall(serve_chain, on_error, handler, req, res)
+    if not ok then mw.fail(req, res, e, answer) end
 end
 
 return k

@@ -49,7 +49,6 @@ local function activate()
     core.fallback(unmatched)
 end
 
-function M.active() return activated end
 
 -- "/api", "/api/" -> "/api"; "/" -> false (every path)
 local function norm_prefix(what, p)

@@ -3,6 +3,8 @@
  *        the path's normal form, kh_path.h) and the replies the engine gives without the app
  *        (400 for a path with no normal form or a param holding "..", 413; 404 and 405 unless
  *        the app asked for them: kh_router_set_fallback).
+ *        Two reply-path hooks, each in its own functions: the 304 for a conditional GET/HEAD
+ *        (kh_cond.h) and response compression (kh_compress.h, only with the compress limit on).
  * In:    kh_stream_on_* from protocols; kh_stream_send_* from the app.
  * Out:   sink calls; kh_app_vt calls; access-log lines.
  * Never: formats wire bytes. */

@@ -1,6 +1,7 @@
 -- khamsin: the public module. Loaded once in every worker's own Lua state.
 -- Owns: route registration and the request runner (_run), which turns a handler's return values
--- into a response. Knows nothing of wire formats: everything goes through khamsin.core.
+-- into a response; with k.use / k.on_error, _run becomes run_chain (khamsin.middleware) and
+-- unmatched requests reach the app too. k.cors is khamsin.cors. Knows nothing of wire formats: everything goes through khamsin.core.
 -- A misuse of the API (a wrong argument, a wait while the script loads, a value that cannot be
 -- copied) raises errors.raise(msg): the message names the app's file:line, not this file's.
 local core = require "khamsin.core"

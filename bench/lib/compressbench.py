@@ -123,11 +123,11 @@ def one_response(path, ae):
     return (ce[0] if ce else "identity"), len(body)
 
 
-def wrk(path, ae):
+def wrk(path, ae, secs=None):
     lua = os.path.join(tempfile.gettempdir(), f"khcb-{os.getpid()}.lua")
     with open(lua, "w") as f:
         f.write(f'wrk.path = "{path}"\nwrk.headers["Accept-Encoding"] = "{ae}"\n')
-    cmd = ["taskset", "-c", WRK_CORE, "wrk", "-t1", f"-c{CONNS}", f"-d{DURATION}s", "-s", lua,
+    cmd = ["taskset", "-c", WRK_CORE, "wrk", "-t1", f"-c{CONNS}", f"-d{secs or DURATION}s", "-s", lua,
            f"http://127.0.0.1:{PORT}{path}"]
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
     return benchlib.parse_wrk(out)
@@ -160,7 +160,7 @@ def main():
                     if got != ae:
                         raise SystemExit(f"{c['name']}: asked {ae}, got {got}")
                     size[(c["name"], k)] = n
-                    wrk(path, ae)  # warm-up (short)
+                    wrk(path, ae, 1)  # warm-up
                     before = benchlib.cpu_snapshot(p.pid)
                     r = wrk(path, ae)
                     after = benchlib.cpu_snapshot(p.pid)

@@ -1,4 +1,6 @@
--- khamsin.response: the `res` object and the turning of a handler's return values into a reply.
+-- khamsin.response: the `res` object and the turning of a handler's return values into a reply;
+-- res:redirect, res:etag and res:last_modified (the 304 itself is the engine's: core/kh_cond.c;
+-- the 412 of an unsafe method is raised here), and the plain error pages (M.fail).
 -- The forms are body | status, body | status, body, headers; a status is a number (an integer
 -- from 200 to 999). Anything else is refused with a message naming the handler's file:line (a
 -- 500), never guessed at or dropped: a string status ("201", "x"), a nil first value followed by

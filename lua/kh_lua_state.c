@@ -108,8 +108,8 @@ static char *loaded_files_list(lua_State *L, const char *script)
 static void state_free(kh_lua *K)
 {
     kh__lua_close_timers(K);
+    kh__lua_irq_put(K); /* first: the interrupt's signal handler forgets this state */
     lua_close(K->L);
-    kh__lua_irq_put(K);
     free(K->sh_buf);
     free(K);
 }
@@ -206,8 +206,8 @@ static void worker_close(void *app)
         return;
     kh__lua_close_cos(K);
     kh__lua_close_timers(K); /* before lua_close: timer handles' __gc look at them */
+    kh__lua_irq_put(K);      /* the interrupt's signal handler forgets this state */
     lua_close(K->L);
-    kh__lua_irq_put(K);
     free(K->files);
     free(K->sh_buf);
     free(K);

@@ -157,16 +157,21 @@ int kh_stream_expect_body(kh_stream *s, int64_t length)
     return 0;
 }
 
-/* The app state a stream's calls go to: its instance's (NULL once that is closed), or the
- * worker's for a worker-shaped test harness that has no instances. */
+/* The app state a stream's calls go to: its instance's, or the worker's for a worker-shaped
+ * test harness that has no instances. app_gone: its instance is closed (the worker stops). */
 static void *stream_app(kh_stream *s)
 {
     return s->inst ? s->inst->app : s->worker->app;
 }
 
+static int app_gone(kh_stream *s)
+{
+    return s->inst && s->inst->closed;
+}
+
 static void notify_body(kh_stream *s)
 {
-    if ((s->flags & KH_STREAM_F_APP) && s->app_wait && stream_app(s)) {
+    if ((s->flags & KH_STREAM_F_APP) && s->app_wait && !app_gone(s)) {
         kh_worker *w = s->worker;
         w->cfg->app->on_body(stream_app(s), s);
     }
@@ -255,7 +260,7 @@ void kh_stream_on_reset(kh_stream *s, int err)
     s->proto = NULL;
     if (s->body_state == KH_BODY_READING)
         s->body_state = KH_BODY_ABORTED;
-    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED) && stream_app(s)) {
+    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED) && !app_gone(s)) {
         kh_worker *w = s->worker;
         w->cfg->app->on_abort(stream_app(s), s);
     }

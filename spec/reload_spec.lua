@@ -85,7 +85,10 @@ describe("--dev hot reload", function()
         local st, body = get(srv, "/release")
         assert.are.equal(200, st)
         assert.are.equal("true nil", body)
-        local held = server.wait_until(10, function() return server.read_file(hold_out) end, 0.05)
+        local held = server.wait_until(10, function()
+            local t = server.read_file(hold_out)
+            return t and t ~= "" and t -- curl makes the file before it writes the body
+        end, 0.05)
         assert.are.equal("answered by v2", held)
 
         local rec = read_json(out, 20)

@@ -71,10 +71,12 @@ describe("--dev hot reload", function()
         end), "the deferred reply was not registered")
 
         local out = srv.dir .. "/load.json"
-        os.execute(("/usr/bin/python3 %s/spec/helpers/reload_load.py 127.0.0.1 %d / 8 4 %s &"):format(
+        os.execute(("/usr/bin/python3 %s/spec/helpers/reload_load.py 127.0.0.1 %d / 8 6 %s &"):format(
             server.root, srv.port, server.sh_quote(out)))
+        assert.truthy(server.wait_until(10, function() return server.read_file(out .. ".started") end),
+            "the load generator did not start")
         -- the load runs with the old code for a while (a window, not a synchronisation)
-        server.sleep(1.0)
+        server.sleep(0.5)
         local mark = srv:log_size()
         local t_save = server.now()
         save(srv.app_path, app("v2"))

@@ -8,7 +8,8 @@ Each client is a thread with one blocking socket, reused for every request (a ne
 only after a failure, which is counted). OUT gets one JSON object:
 {"requests": n, "failed": n, "errors": ["..."], "first_seen": {body: unix time},
  "last_seen": {body: unix time}, "per_second": [[unix second, n], ...]}
-A request fails when the connection breaks or the status is not 200."""
+A request fails when the connection breaks or the status is not 200. OUT.started appears with
+the first answer (the load runs: a spec may go on)."""
 import json
 import socket
 import sys
@@ -54,6 +55,8 @@ def client(host, port, path, deadline, rec, lock):
                         rec["errors"].append(head.split(b"\r\n")[0].decode("latin-1"))
                 else:
                     b = body.decode("latin-1")
+                    if not rec["first_seen"]:
+                        open(rec["out"] + ".started", "w").close()  # the spec may go on
                     rec["first_seen"].setdefault(b, t)
                     rec["last_seen"][b] = t
         except OSError as e:
@@ -73,7 +76,8 @@ def client(host, port, path, deadline, rec, lock):
 def main():
     host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     clients, seconds, out = int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
-    rec = {"requests": 0, "failed": 0, "errors": [], "first_seen": {}, "last_seen": {}, "ps": {}}
+    rec = {"requests": 0, "failed": 0, "errors": [], "first_seen": {}, "last_seen": {}, "ps": {},
+           "out": out}
     lock = threading.Lock()
     deadline = time.time() + seconds
     ts = [threading.Thread(target=client, args=(host, port, path, deadline, rec, lock))
@@ -83,6 +87,7 @@ def main():
     for t in ts:
         t.join()
     rec["per_second"] = sorted([k, v] for k, v in rec.pop("ps").items())
+    del rec["out"]
     with open(out + ".tmp", "w") as f:
         json.dump(rec, f)
     import os

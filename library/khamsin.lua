@@ -274,7 +274,7 @@ function Response:etag(value, weak) end
 function Response:last_modified(time) end
 
 ---@class khamsin.Deferred
----@field id string "<worker>:<n>", for `k.resolve`
+---@field id string "<worker>:<generation>:<n>", for `k.resolve`
 local Deferred = {}
 
 --- Answers the request (same forms as a handler's return values).

@@ -380,11 +380,12 @@ function M.fail(req, res, e, logged)
         respond(res._s, res._g, e.status, tostring(msg) .. "\n", h, TEXT)
         return
     end
-    local tb = type(e) == "table" and e.traceback or tostring(e)
     if not logged then M.log_error(req, e) end
-    local body = "Internal Server Error\n"
-    if core.dev then body = "Internal Server Error\n\n" .. tb .. "\n" end
-    respond(res._s, res._g, 500, body, h, TEXT)
+    local body, ctype = "Internal Server Error\n", TEXT
+    if core.dev then -- message, source lines and traceback; never without --dev
+        body, ctype = require("khamsin.devpage").render(req.headers.accept, e, json_encode)
+    end
+    respond(res._s, res._g, 500, body, h, ctype)
 end
 
 return M

@@ -45,7 +45,11 @@
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again") \
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
-    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")
+    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")              \
+    X(form_fields, 1000, 1, 10000000, "max fields in a req:form() body (400)")                    \
+    X(multipart_parts, 100, 1, 10000000, "max parts in a req:multipart() body (400)")             \
+    X(multipart_header_bytes, 8192, 64, 1048576, "max bytes of one multipart part's header block (400)") \
+    X(multipart_part_bytes, 8388608, 1, 1099511627776ULL, "max bytes of one multipart part (400)")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -338,6 +338,7 @@ function k._run(handler, s, gen)
     local req, res = new_req(s, gen), new_res(s, gen)
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
+    if rawget(req, "_tmpfiles") then request.cleanup(req) end -- req:multipart's temp files
 end
 
 return k

@@ -221,6 +221,47 @@ function Request:body() end
 ---@return any
 function Request:json(max_depth) end
 
+--- An application/x-www-form-urlencoded body as a table (a repeated name gives a list); 400
+--- for a malformed body or more than `max_fields` fields, 415 for another Content-Type.
+---@param opts? {max_fields: integer?}
+---@return table<string, string|string[]>
+function Request:form(opts) end
+
+--- A multipart/form-data body, read part by part (400 for a malformed body or past a limit).
+---@param opts? {max_parts: integer?, max_header_bytes: integer?, max_part_bytes: integer?, max_total_bytes: integer?, files: "memory"|"disk"|nil, tmp_dir: string?}
+---@return khamsin.Multipart
+function Request:multipart(opts) end
+
+---@class khamsin.Multipart
+local Multipart = {}
+
+--- The next part (after its headers; the rest of the current one is skipped), or nil.
+---@return khamsin.Part?
+function Multipart:part() end
+
+--- `for part in reader:parts() do ... end`
+---@return fun(): khamsin.Part?
+function Multipart:parts() end
+
+--- Every part: `{fields = {name = value}, files = {name = {filename, content_type, headers, size, data|path}}}`.
+---@return {fields: table<string, string|string[]>, files: table<string, table>}
+function Multipart:all() end
+
+---@class khamsin.Part
+---@field name string
+---@field filename string?
+---@field content_type string?
+---@field headers table<string, string> lower-case names
+local Part = {}
+
+--- The part's next chunk of data, or nil at its end.
+---@return string?
+function Part:read() end
+
+--- The part's remaining data as one string.
+---@return string
+function Part:data() end
+
 ---@class khamsin.Response
 ---@field status khamsin.Status default 200
 ---@field headers khamsin.Headers

@@ -77,6 +77,9 @@ function k.route(method, path, fn)
     add("k.route", method, path, fn)
 end
 
+-- Files under dir served at prefix (khamsin.static has the rules).
+function k.static(prefix, dir, opts) require("khamsin.static").register(k, prefix, dir, opts) end
+
 function k.worker_id() return core.worker_id() end
 function k.workers() return core.workers() end
 function k.now() return core.now() end

@@ -56,6 +56,13 @@ function k.any(path, handler) end
 ---@param handler khamsin.Handler
 function k.route(method, path, handler) end
 
+--- Serves the files under `dir` at `prefix` (GET and HEAD): types, ETag/304, ranges, index,
+--- precompressed siblings; a path never leaves `dir`. Declared while the script loads.
+---@param prefix string
+---@param dir string
+---@param opts? {index: string|false|nil, follow_symlinks: boolean?, dotfiles: boolean?, precompressed: boolean?, max_bytes: integer?, cache_control: string?}
+function k.static(prefix, dir, opts) end
+
 --- Raises an error that answers `status` with `message` (a table is sent as JSON); not logged.
 ---@param status khamsin.Status
 ---@param message? string|table

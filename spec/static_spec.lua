@@ -150,8 +150,7 @@ describe("k.static", function()
             end)
 
             -- the path checks do not depend on TLS: h1 and h2c carry the payloads
-            local it_path = (proto == "h1" or proto == "h2c") and it or pending
-            it_path("never leaves dir: traversal payloads, symlinks out, dotfiles", function()
+            if proto == "h1" or proto == "h2c" then it("never leaves dir: traversal payloads, symlinks out, dotfiles", function()
                 local payloads = {
                     "/static/../secret.txt", "/static/..%2fsecret.txt", "/static/..%2Fsecret.txt",
                     "/static/%2e%2e/secret.txt", "/static/%2e%2e%2fsecret.txt", "/static/.%2e/secret.txt",
@@ -175,7 +174,7 @@ describe("k.static", function()
                 -- allowed on purpose: a route with follow_symlinks, one with dotfiles
                 assert.are.equal(SECRET, get("/follow/link_out").body)
                 assert.are.equal("dotfile", get("/dots/.secret").body)
-            end)
+            end) end
 
             it("refuses k.static after load at the app's line", function()
                 local r = get("/misuse")

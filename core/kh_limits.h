@@ -50,7 +50,11 @@
     X(compress_min_bytes, 1024, 0, 1073741824, "smallest body compressed (streamed bodies always are)") \
     X(compress_gzip_level, 5, 1, 9, "gzip level (zlib)")                                          \
     X(compress_br_level, 4, 0, 11, "br quality (libbrotlienc)")                                   \
-    X(compress_zstd_level, 3, 1, 19, "zstd level (libzstd)")
+    X(compress_zstd_level, 3, 1, 19, "zstd level (libzstd)")                                      \
+    X(form_fields, 1000, 1, 10000000, "max fields in a req:form() body (400)")                    \
+    X(multipart_parts, 100, 1, 10000000, "max parts in a req:multipart() body (400)")             \
+    X(multipart_header_bytes, 8192, 64, 1048576, "max bytes of one multipart part's header block (400)") \
+    X(multipart_part_bytes, 8388608, 1, 1099511627776ULL, "max bytes of one multipart part (400)")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -733,6 +734,8 @@ kh_out *kh_out_connect(kh_worker *w, const kh_out_target *t, kh_out_cb cb, void 
     }
     if (err < 0) {
         *rc = err;
+        if (t->err && t->errlen)
+            snprintf(t->err, t->errlen, "%s", kh_out_strerror(err, o));
         kh_out_close(o);
         return NULL;
     }
@@ -854,10 +857,19 @@ int kh_out_keepalive(kh_out *o, uint64_t idle_ms, int pool_size)
     if (o->state != S_OPEN || o->op != OP_NONE || o->broken || o->eof || o->rerr || o->shut ||
         o->wbusy)
         return UV_ENOTCONN;
-    if (o->in_len > 0) {
+    /* input nobody read yet, in our buffer or still in the kernel's (no read runs between
+     * operations), or a peer that already closed: not reusable */
+    char probe;
+    uv_os_fd_t fd;
+    ssize_t k = uv_fileno((uv_handle_t *)&o->tcp, &fd) == 0
+                    ? recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT)
+                    : -1;
+    if (o->in_len > 0 || k > 0) {
         snprintf(o->errmsg, sizeof o->errmsg, "unread data in the buffer");
         return UV_EBUSY;
     }
+    if (k == 0)
+        return UV_EOF;
     uint64_t cap = r->w->limits->outbound_pool;
     if (r->closing || pool_size <= 0 || cap == 0) {
         kh_out_close(o);

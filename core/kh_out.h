@@ -78,6 +78,8 @@ typedef struct kh_out_target {
     const kh_out_tls_opts *tls; /* NULL: cleartext */
     const char *pool;         /* pool key instead of host:port (+TLS settings); NULL: default */
     int deny_private;         /* 1: refuse a host that resolves only to private/loopback addresses */
+    char *err;                /* optional: why kh_out_connect failed at once (rc < 0) */
+    size_t errlen;
 } kh_out_target;
 
 kh_out *kh_out_connect(kh_worker *w, const kh_out_target *t, kh_out_cb cb, void *arg, int *rc);

@@ -419,12 +419,12 @@ static int l_connect(lua_State *L)
         lua_pop(L, 1);
     }
     int rc;
+    char why[512] = "";
+    t.err = why;
+    t.errlen = sizeof why;
     kh_out *o = kh_out_connect(K->w, &t, done_cb, s, &rc);
-    if (o == NULL) {
-        char why[300];
-        snprintf(why, sizeof why, "%s", kh_out_strerror(rc, NULL));
-        return fail(L, why);
-    }
+    if (o == NULL)
+        return fail(L, why[0] ? why : kh_out_strerror(rc, NULL));
     s->o = o;
     if (rc == 1) {
         lua_pushboolean(L, 1);

@@ -45,7 +45,16 @@
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again") \
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
-    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")
+    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")              \
+    X(outbound_sockets, 1024, 1, 1000000, "open outbound sockets (k.socket) per worker, idle pooled ones included (then the oldest idle one closes, or connect fails)") \
+    X(outbound_pool, 256, 0, 1000000, "idle keep-alive outbound sockets per worker (then the oldest closes)") \
+    X(socket_pool_size, 30, 1, 100000, "default pool size per host and port for sock:setkeepalive()") \
+    X(socket_keepalive_ms, 60000, 0, 86400000, "default idle time of a pooled outbound socket (0: no limit)") \
+    X(socket_connect_timeout_ms, 60000, 1, 86400000, "default k.socket connect timeout (resolve, connect, TLS handshake)") \
+    X(socket_send_timeout_ms, 60000, 1, 86400000, "default k.socket send timeout") \
+    X(socket_read_timeout_ms, 60000, 1, 86400000, "default k.socket receive timeout") \
+    X(socket_buffer_bytes, 16777216, 1024, 1099511627776ULL, "max bytes one k.socket receive may buffer") \
+    X(dns_cache_ms, 10000, 0, 3600000, "how long a worker reuses a resolved host name (0: no cache)")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -18,6 +18,7 @@
 #include "kh_conn.h"
 #include "kh_err.h"
 #include "kh_log.h"
+#include "kh_out.h"
 #include "kh_reqid.h"
 #include "kh_router.h"
 #include "kh_stream.h"
@@ -257,6 +258,7 @@ static void finish_stop(kh_worker *w)
     /* Everything left on the loop is ours: close it and let uv_run return. */
     uv_walk(&w->loop, close_walk_cb, w);
     kh_accept_close(w);
+    kh_out_reg_close(w); /* idle pooled outbound connections; busy ones close with their owner */
     if (!uv_is_closing((uv_handle_t *)&w->flush_prepare)) {
         /* one last flush for anything queued */
         flush_cb(&w->flush_prepare);
@@ -354,8 +356,10 @@ static void worker_loop(kh_worker *w, int loaded)
         w->cfg->app->worker_close(w->app);
     w->app = NULL;
     /* close whatever the app left (its timers) and drain */
+    kh_out_reg_close(w);
     uv_walk(&w->loop, close_walk_cb, w);
     uv_run(&w->loop, UV_RUN_DEFAULT);
+    kh_out_reg_free(w);
 }
 
 static void worker_main(void *arg)

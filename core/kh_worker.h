@@ -104,6 +104,7 @@ struct kh_worker {
     uint64_t num_conns;
 
     kh_buf access_log;
+    struct kh_out_reg *out_reg; /* outbound sockets: pool, counts, DNS cache (kh_out.c), or NULL */
     char date[40];      /* "Sun, 29 Nov 2026 18:41:02 GMT" */
     uint64_t date_sec;
 

@@ -413,6 +413,7 @@ static int open_core(lua_State *L)
     kh_lua *K = K_UPVALUE(L);
     kh__lua_open_wait(L, K);
     kh__lua_open_shared(L, K);
+    kh__lua_open_socket(L, K);
     kh__lua_open_json(L);
     kh__lua_open_sign(L);
     lua_pushboolean(L, K->dev);

@@ -261,11 +261,6 @@ function methods.setoption(s, name, value)
     return c_setoption(s, name, value)
 end
 
--- luasocket has these on client sockets; nothing to do here.
-function methods.setfd() end
-function methods.getfd() return -1 end
-function methods.dirty(s) return false end
-
 -- Counters of this worker's outbound sockets (see kh_out.h's kh_out_stats).
 function M.stats()
     return core.socket_stats()

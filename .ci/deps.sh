@@ -10,6 +10,8 @@ pkgs+=(zlib1g-dev libzstd-dev)
 if [ "$what" = test ] || [ "$what" = bench ]; then
   # luarocks: spec/luarocks_spec.lua; lua5.1: khamsin.test under PUC Lua (spec/khamsin_test_spec.lua)
   pkgs+=(lua-busted lua-socket lua-sec luarocks lua5.1 clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh nginx)
+  # spec/redis_spec.lua: a real redis-server, and redis-lua (luasocket API) run on k.socket
+  pkgs+=(redis-server lua-redis)
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps slowhttptest)

@@ -24,16 +24,26 @@
 #include "kh_tls_client.h"
 #include "kh_worker.h"
 
-enum { S_NEW = 0, S_RESOLVING, S_CONNECTING, S_HANDSHAKE, S_OPEN, S_IDLE, S_CLOSED };
+enum { S_NEW = 0, S_WAITING, S_RESOLVING, S_CONNECTING, S_HANDSHAKE, S_OPEN, S_IDLE, S_CLOSED };
 enum { OP_NONE = 0, OP_CONNECT, OP_TLS, OP_WRITE, OP_READ };
 
 #define HOST_MAX 256
 #define KEY_MAX 1024
 #define READ_CHUNK 16384
 
+/* Connections of one key when the caller caps them (kh_out_target.pool_size): how many are
+ * open (idle ones included) and who waits for one (the backlog), oldest first. */
+typedef struct kpool {
+    char key[KEY_MAX];
+    int conns, waiting;
+    kh_out *wait_head, *wait_tail;
+    struct kpool *next;
+} kpool;
+
 struct kh_out_reg {
     kh_worker *w;
     kh_dns *dns;
+    kpool *kpools;
     kh_out *idle_head, *idle_tail; /* the pool, oldest first */
     uint64_t open, idle, connects, reuses, evicted, max_open, max_idle;
     int closing;
@@ -83,6 +93,14 @@ struct kh_out {
     int shut, broken;
     uint32_t reused;
     kh_out *idle_prev, *idle_next;
+    /* a capped key (pool_size): the connection counts in kp->conns; a waiter (S_WAITING, no
+     * socket yet) is queued on kp until a connection of the key is parked (handed over to it:
+     * `handover`) or closed (then it connects itself) */
+    kpool *kp;
+    kh_out *wait_next;
+    kh_out *handover;
+    int woken;        /* a waiter given a slot, its timer set to fire at once */
+    uint64_t connect_timeout;
     char errmsg[512];
 };
 
@@ -146,6 +164,11 @@ void kh_out_reg_free(kh_worker *w)
     if (r == NULL)
         return;
     kh_dns_free(r->dns);
+    while (r->kpools) {
+        kpool *kp = r->kpools;
+        r->kpools = kp->next;
+        free(kp);
+    }
     free(r);
     w->out_reg = NULL;
 }
@@ -166,10 +189,31 @@ static void close_cb(uv_handle_t *h)
     free(o);
 }
 
+static void kp_unqueue(kh_out *o)
+{
+    kpool *kp = o->kp;
+    kh_out **pp = &kp->wait_head;
+    kh_out *prev = NULL;
+    while (*pp && *pp != o) {
+        prev = *pp;
+        pp = &(*pp)->wait_next;
+    }
+    if (*pp == NULL)
+        return;
+    *pp = o->wait_next;
+    if (kp->wait_tail == o)
+        kp->wait_tail = prev;
+    o->wait_next = NULL;
+    kp->waiting--;
+}
+
+static void kp_slot_freed(kpool *kp);
+
 void kh_out_close(kh_out *o)
 {
     if (o == NULL || o->state == S_CLOSED)
         return;
+    int waiter = o->state == S_WAITING;
     if (o->state == S_IDLE)
         idle_unlink(o);
     if (o->dreq) {
@@ -179,10 +223,30 @@ void kh_out_close(kh_out *o)
     o->op = OP_NONE;
     o->cb = NULL;
     o->state = S_CLOSED;
-    o->reg->open--;
     uv_timer_stop(&o->timer);
+    if (waiter) {
+        /* a waiter has no socket; a connection already handed to it goes back (closed: the
+         * next waiter, if any, then connects) */
+        kp_unqueue(o);
+        if (o->handover) {
+            /* the handed connection holds the slot: closing it frees it */
+            kh_out *h = o->handover;
+            o->handover = NULL;
+            kh_out_close(h);
+        } else if (o->woken) {
+            o->kp->conns--; /* the slot it was given */
+            kp_slot_freed(o->kp);
+        }
+        uv_close((uv_handle_t *)&o->timer, close_cb);
+        return;
+    }
+    o->reg->open--;
     uv_close((uv_handle_t *)&o->tcp, close_cb);
     uv_close((uv_handle_t *)&o->timer, close_cb);
+    if (o->kp) {
+        o->kp->conns--;
+        kp_slot_freed(o->kp);
+    }
 }
 
 static void stop_reading(kh_out *o)
@@ -213,9 +277,15 @@ static void op_done(kh_out *o, int status)
         cb(o, status, arg);
 }
 
+static void wake_waiter(kh_out *o);
+
 static void timer_cb(uv_timer_t *t)
 {
     kh_out *o = KH_CONTAINER_OF(t, kh_out, timer);
+    if (o->state == S_WAITING) {
+        wake_waiter(o);
+        return;
+    }
     if (o->state == S_IDLE) {
         o->reg->evicted++;
         kh_out_close(o);
@@ -676,6 +746,77 @@ static void pool_read_stop_and_take(kh_out *o)
     r->reuses++;
 }
 
+static kpool *kp_get(kh_out_reg *r, const char *key)
+{
+    for (kpool *kp = r->kpools; kp; kp = kp->next)
+        if (strcmp(kp->key, key) == 0)
+            return kp;
+    kpool *kp = kh_xcalloc(1, sizeof *kp);
+    snprintf(kp->key, sizeof kp->key, "%s", key);
+    kp->next = r->kpools;
+    r->kpools = kp;
+    return kp;
+}
+
+static int open_socket(kh_out *o, char *err, size_t errlen);
+
+/* A connection of the key closed or was parked: the oldest waiter gets the slot. The waiter
+ * is woken from its own timer (0 ms), never from inside the caller's kh_out_* call. */
+static void kp_slot_freed(kpool *kp)
+{
+    kh_out *wt = kp->wait_head;
+    if (wt == NULL)
+        return;
+    kp->wait_head = wt->wait_next;
+    if (kp->wait_head == NULL)
+        kp->wait_tail = NULL;
+    wt->wait_next = NULL;
+    kp->waiting--;
+    kp->conns++; /* the slot is the waiter's from now: nobody else takes it meanwhile */
+    uv_timer_start(&wt->timer, timer_cb, 0, 0);
+    wt->woken = 1;
+}
+
+/* The waiter's timer fired: its connect timed out, or it was given a slot (a parked
+ * connection in `handover`, or room to connect). */
+static void wake_waiter(kh_out *o)
+{
+    if (!o->woken) { /* still queued: the connect timeout */
+        kp_unqueue(o);
+        kh_out_cb cb = o->cb;
+        void *arg = o->arg;
+        o->op = OP_NONE;
+        o->cb = NULL;
+        o->broken = 1;
+        snprintf(o->errmsg, sizeof o->errmsg, "timeout");
+        if (cb)
+            cb(o, KH_ETIMEDOUT, arg);
+        return;
+    }
+    kh_out_cb cb = o->cb;
+    void *arg = o->arg;
+    if (o->handover) {
+        /* a parked connection: it becomes the caller's, the waiter goes */
+        kh_out *h = o->handover;
+        o->handover = NULL;
+        o->cb = NULL;
+        o->state = S_CLOSED;
+        uv_close((uv_handle_t *)&o->timer, close_cb);
+        if (cb)
+            cb(h, 0, arg);
+        return;
+    }
+    /* room to connect: this waiter becomes a connection */
+    o->kp->conns--; /* open_socket counts it again */
+    o->woken = 0;
+    o->state = S_NEW;
+    if (o->connect_timeout != KH_OUT_NO_TIMEOUT)
+        uv_timer_start(&o->timer, timer_cb, o->connect_timeout, 0);
+    int r = open_socket(o, o->errmsg, sizeof o->errmsg);
+    if (r < 0 && cb)
+        cb(o, r, arg); /* o is closed, its memory kept until the loop's next turn */
+}
+
 kh_out *kh_out_connect(kh_worker *w, const kh_out_target *t, kh_out_cb cb, void *arg, int *rc)
 {
     kh_out_reg *r = reg_get(w);
@@ -702,45 +843,93 @@ kh_out *kh_out_connect(kh_worker *w, const kh_out_target *t, kh_out_cb cb, void 
             return p;
         }
     }
+    o->connect_timeout = t->timeout_ms;
+    uv_timer_init(&w->loop, &o->timer);
+    o->timer.data = o;
+    uv_unref((uv_handle_t *)&o->timer);
+    o->handles = 1;
+    if (t->pool_size > 0) {
+        kpool *kp = kp_get(r, o->key);
+        o->kp = kp;
+        if (kp->conns >= t->pool_size) {
+            /* every connection of the key is busy: wait for one (OpenResty's backlog) */
+            if (kp->waiting >= t->backlog) {
+                *rc = KH_EFULL;
+                if (t->err && t->errlen)
+                    snprintf(t->err, t->errlen, "too many waiting connections (pool_size %d "
+                             "busy, backlog %d full)", t->pool_size, t->backlog);
+                o->state = S_CLOSED;
+                uv_close((uv_handle_t *)&o->timer, close_cb);
+                return NULL;
+            }
+            o->state = S_WAITING;
+            if (kp->wait_tail)
+                kp->wait_tail->wait_next = o;
+            else
+                kp->wait_head = o;
+            kp->wait_tail = o;
+            kp->waiting++;
+            start_op(o, OP_CONNECT, t->timeout_ms, cb, arg);
+            *rc = 0;
+            return o;
+        }
+    }
+    start_op(o, OP_CONNECT, t->timeout_ms, cb, arg);
+    int err = open_socket(o, t->err, t->errlen);
+    if (err < 0) {
+        *rc = err;
+        return NULL;
+    }
+    *rc = 0;
+    return o;
+}
+
+/* Makes the socket and starts the resolve and the connect. On an error at once: o is closed
+ * (its message copied to err first) and the code returned. */
+static int open_socket(kh_out *o, char *err, size_t errlen)
+{
+    kh_out_reg *r = o->reg;
+    kh_worker *w = r->w;
     uint64_t cap = w->limits->outbound_sockets;
     while (r->open >= cap && r->idle_head) {
         r->evicted++;
         kh_out_close(r->idle_head);
     }
     if (r->open >= cap) {
-        free(o);
-        *rc = KH_ELIMIT;
-        return NULL;
+        if (err && errlen)
+            snprintf(err, errlen, "%s", kh_out_strerror(KH_ELIMIT, NULL));
+        o->cb = NULL;
+        o->op = OP_NONE;
+        uv_timer_stop(&o->timer);
+        o->state = S_CLOSED;
+        uv_close((uv_handle_t *)&o->timer, close_cb);
+        return KH_ELIMIT;
     }
     uv_tcp_init(&w->loop, &o->tcp);
     o->tcp.data = w;
-    uv_timer_init(&w->loop, &o->timer);
-    o->timer.data = o;
     uv_unref((uv_handle_t *)&o->tcp);
-    uv_unref((uv_handle_t *)&o->timer);
     o->handles = 2;
     o->state = S_RESOLVING;
     r->open++;
     if (r->open > r->max_open)
         r->max_open = r->open;
-    start_op(o, OP_CONNECT, t->timeout_ms, cb, arg);
+    if (o->kp)
+        o->kp->conns++;
     int n = kh_dns_resolve(r->dns, o->host, o->port, o->addrs, dns_cb, o, &o->dreq);
-    int err = 0;
+    int e = 0;
     if (n > 0) {
         o->naddr = n;
-        err = start_connect(o);
+        e = start_connect(o);
     } else if (n < 0) {
-        err = n;
+        e = n;
     }
-    if (err < 0) {
-        *rc = err;
-        if (t->err && t->errlen)
-            snprintf(t->err, t->errlen, "%s", kh_out_strerror(err, o));
+    if (e < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s", kh_out_strerror(e, o));
         kh_out_close(o);
-        return NULL;
+        return e;
     }
-    *rc = 0;
-    return o;
+    return 0;
 }
 
 int kh_out_resolve(kh_worker *w, const char *host, struct sockaddr_storage *out,
@@ -870,6 +1059,17 @@ int kh_out_keepalive(kh_out *o, uint64_t idle_ms, int pool_size)
     }
     if (k == 0)
         return UV_EOF;
+    if (o->kp && o->kp->wait_head && !r->closing) {
+        /* someone waits for a connection of this key: it gets this one, not the pool */
+        kpool *kp = o->kp;
+        kh_out *wt = kp->wait_head;
+        kp->conns--;        /* kp_slot_freed gives the slot to wt... */
+        kp_slot_freed(kp);
+        wt->handover = o;   /* ...with this connection in it */
+        o->reused++;
+        r->reuses++;
+        return 0;
+    }
     uint64_t cap = r->w->limits->outbound_pool;
     if (r->closing || pool_size <= 0 || cap == 0) {
         kh_out_close(o);

@@ -21,7 +21,10 @@
  *   kh_out *o = kh_out_connect(w, &target, cb, arg, &rc);
  *       rc == 1: o is a pooled connection, ready now (kh_out_reused(o) > 0); no callback.
  *       rc == 0: o is connecting (resolve, TCP connect, then the TLS handshake when
- *                target.tls is set); cb(o, status, arg) follows.
+ *                target.tls is set), or waits for a connection of its key (pool_size);
+ *                cb(o2, status, arg) follows, where o2 is the connection to use from then on:
+ *                o itself, or a parked connection handed over to this waiter (then o is
+ *                gone: forget it).
  *       rc < 0 : o == NULL; KH_ELIMIT (outbound_sockets reached and no idle connection to
  *                close), UV_EINVAL... kh_out_strerror(rc, NULL) says why.
  *   rc = kh_out_tls(o, &tls, timeout_ms, cb, arg);   TLS handshake on a connected socket
@@ -78,6 +81,10 @@ typedef struct kh_out_target {
     const kh_out_tls_opts *tls; /* NULL: cleartext */
     const char *pool;         /* pool key instead of host:port (+TLS settings); NULL: default */
     int deny_private;         /* 1: refuse a host that resolves only to private/loopback addresses */
+    int pool_size;            /* > 0: at most this many connections of the key (pooled ones
+                               * included); a connect beyond it waits for one to be parked or
+                               * closed (OpenResty's pool_size + backlog) */
+    int backlog;              /* how many connects may wait so (then KH_EFULL) */
     char *err;                /* optional: why kh_out_connect failed at once (rc < 0) */
     size_t errlen;
 } kh_out_target;

@@ -18,6 +18,7 @@
 ---@class khamsin
 ---@field log khamsin.log the error log
 ---@field json khamsin.json JSON encoding and decoding
+---@field socket khamsin.socket outbound TCP/TLS sockets that yield instead of blocking (luasocket's API)
 local k = {}
 
 --- A GET route (it answers HEAD too). `:name` is one segment, a last `*name` the rest.
@@ -323,6 +324,116 @@ function SharedDict:flush_all() end
 ---@return integer bytes_used
 ---@return integer budget
 function SharedDict:stats() end
+
+---@class khamsin.socket
+local socket = {}
+
+--- A TCP socket (not connected) whose waits yield the coroutine. In handlers, timers and
+--- subscribers only: raises while the script loads; refused in k.blocking pool threads.
+---@return khamsin.Socket
+function socket.tcp() end
+
+--- This worker's outbound counters: open, idle, connects, reuses, evicted, dns_hits,
+--- dns_lookups, max_open, max_idle.
+---@return table
+function socket.stats() end
+
+--- A stand-in for luasocket's `socket` module (`package.loaded.socket = k.socket.luasocket()`):
+--- tcp, connect, gettime, sleep, select (one socket), dns, try/protect/newtry/skip.
+---@param opts? table connect options every socket made through it gets ({pool_size=, backlog=})
+---@return table
+function socket.luasocket(opts) end
+
+--- Resolves a host name without blocking (the worker's DNS cache first).
+---@param host string
+---@return string[]? ips
+---@return string? err
+function socket.resolve(host) end
+
+---@class khamsin.Socket
+local Socket = {}
+
+--- Connects (or takes a parked connection of the same host, port and options from the pool).
+---@param host string
+---@param port integer
+---@param opts? {pool?: string, pool_size?: integer, backlog?: integer, deny_private?: boolean, tls?: table}
+---@return integer? ok 1
+---@return string? err "connection refused", "timeout", "host not found", ...
+function Socket:connect(host, port, opts) end
+
+--- TLS on the connected socket: verify (default true) against the system store or cafile,
+--- server_name for SNI and the name check, alpn a list of protocols.
+---@param opts {server_name?: string, verify?: boolean, cafile?: string, alpn?: string[]|string}
+---@return integer? ok
+---@return string? err "tls: certificate verify failed: ..."
+function Socket:tls(opts) end
+
+--- OpenResty's form of tls(); verify defaults to true here.
+---@return boolean? ok
+---@return string? err
+function Socket:sslhandshake(reused_session, server_name, verify) end
+
+--- The protocol ALPN chose, or nil.
+---@return string?
+function Socket:alpn() end
+
+--- How many times this connection came from the pool (0: new).
+---@return integer
+function Socket:getreusedtimes() end
+
+---@param data string|number|string[]
+---@param i? integer
+---@param j? integer
+---@return integer? last index sent
+---@return string? err
+---@return integer? last index sent before the error
+function Socket:send(data, i, j) end
+
+--- "*l" (default: a line, CR/LF dropped), "*a" (until closed) or a byte count.
+---@param pattern? string|integer
+---@param prefix? string
+---@return string? data
+---@return string? err "closed", "timeout"
+---@return string? partial what arrived before the error
+function Socket:receive(pattern, prefix) end
+
+--- Whatever has arrived: at least 1 byte, at most max.
+---@param max integer
+---@return string? data
+---@return string? err
+function Socket:receiveany(max) end
+
+--- Seconds for every operation (nil or < 0: none), luasocket's unit.
+---@param seconds? number
+function Socket:settimeout(seconds) end
+
+--- Milliseconds (OpenResty's unit); nil keeps one.
+---@param connect_ms? number
+---@param send_ms? number
+---@param read_ms? number
+function Socket:settimeouts(connect_ms, send_ms, read_ms) end
+
+--- Parks the connection in the worker's pool (milliseconds; 0: no idle limit).
+---@param idle_ms? number default socket_keepalive_ms
+---@param pool_size? integer default socket_pool_size
+---@return integer? ok
+---@return string? err
+function Socket:setkeepalive(idle_ms, pool_size) end
+
+---@return integer ok
+function Socket:close() end
+
+--- Half-close: no more sends.
+function Socket:shutdown() end
+
+---@return string? ip
+---@return integer|string port_or_err
+function Socket:getpeername() end
+
+--- "tcp-nodelay" or "keepalive".
+---@param name string
+---@param value boolean
+function Socket:setoption(name, value) end
 
 ---@class khamsin.Timer
 local Timer = {}

@@ -192,7 +192,8 @@ static void done_cb(kh_out *o, int status, void *arg)
 {
     lsock *s = arg;
     kh_lua_co *c = s->co;
-    (void)o;
+    if (s->waiting == W_CONNECT)
+        s->o = o; /* a connection handed over from the pool replaces the waiter */
     if (c == NULL)
         return;
     int what = s->waiting;
@@ -411,6 +412,11 @@ static int l_connect(lua_State *L)
         opt_string(L, 4, "pool", pool, sizeof pool);
         t.pool = pool[0] ? pool : NULL;
         t.deny_private = opt_bool(L, 4, "deny_private", 0);
+        lua_getfield(L, 4, "pool_size");
+        t.pool_size = (int)lua_tointeger(L, -1);
+        lua_getfield(L, 4, "backlog");
+        t.backlog = (int)lua_tointeger(L, -1);
+        lua_pop(L, 2);
         lua_getfield(L, 4, "tls");
         if (lua_istable(L, -1)) {
             read_tls(L, lua_gettop(L), &tb);

@@ -13,6 +13,7 @@ local OBJECTS = {
     ["khamsin"] = "k", ["khamsin.log"] = "k.log", ["khamsin.json"] = "k.json",
     ["khamsin.Request"] = "req", ["khamsin.Response"] = "res", ["khamsin.Deferred"] = "d",
     ["khamsin.SharedDict"] = "dict", ["khamsin.Timer"] = "timer",
+    ["khamsin.socket"] = "k.socket", ["khamsin.Socket"] = "sock",
 }
 
 -- Names annotated ahead of the code that adds them: missing from the module is not an error for
@@ -102,6 +103,8 @@ k.get("/", function(req, res)
     walk("k", k, out)
     walk("k.log", k.log, out)
     walk("k.json", rawget(k, "json") or k.json, out)
+    walk("k.socket", k.socket, out)
+    walk("sock", k.socket.tcp(), out)
     walk("req", req, out)
     walk("res", res, out)
     walk("dict", dict, out)
@@ -165,7 +168,8 @@ describe("LuaLS annotations (library/khamsin.lua)", function()
 
     it("the parser sees every class and method of the file", function()
         local want = annotated(server.root .. "/library/khamsin.lua")
-        for _, label in ipairs { "k", "k.log", "k.json", "req", "res", "d", "dict", "timer" } do
+        for _, label in ipairs { "k", "k.log", "k.json", "req", "res", "d", "dict", "timer",
+            "k.socket", "sock" } do
             assert.truthy(want[label] and next(want[label]), "no names for " .. label)
         end
         assert.truthy(want.res.defer and want.d.send and want.dict.incr and want.timer.cancel

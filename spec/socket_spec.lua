@@ -220,6 +220,33 @@ k.get("/hang", function()
     return "never"
 end)
 
+k.get("/backlog", function()
+    local c0 = k.socket.stats().connects
+    local done, errs = 0, {}
+    for i = 1, 6 do
+        k.timer(0, function()
+            local s = k.socket.tcp()
+            local ok, err = s:connect("127.0.0.1", P.echo, { pool = "bl", pool_size = 2, backlog = 10 })
+            if not ok then errs[#errs + 1] = err; done = done + 1; return end
+            s:send("x" .. i .. "\n")
+            local line = s:receive()
+            if line ~= "x" .. i then errs[#errs + 1] = tostring(line) end
+            k.sleep(0.05)
+            assert(s:setkeepalive(10000, 2))
+            done = done + 1
+        end)
+    end
+    k.sleep(0.01)
+    -- two busy, four waiting: a connect with no backlog is refused at once
+    local s = k.socket.tcp()
+    local ok, err = s:connect("127.0.0.1", P.echo, { pool = "bl", pool_size = 2, backlog = 0 })
+    for _ = 1, 250 do
+        if done == 6 then break end
+        k.sleep(0.02)
+    end
+    return r(done, #errs, k.socket.stats().connects - c0, ok, err)
+end)
+
 k.get("/stats", function() return json.encode(k.socket.stats()) end)
 
 local from_timer, from_sub
@@ -383,6 +410,13 @@ describe("k.socket", function()
         -- 6 parked with size 2: 4 closed; then 'dirty' refused and closed; 'short' expired
         assert.are.same({ 4, 2, true, "nil", "unread data in the buffer", 1 }, t)
     end)
+
+    it("pool_size caps the connections of a key: the others wait (backlog) and get parked ones",
+        function()
+            assert.are.same({ 6, 0, 2, "nil",
+                "too many waiting connections (pool_size 2 busy, backlog 0 full)" },
+                get_json("/backlog"))
+        end)
 
     it("TLS: verify against the system store fails on a self-signed certificate; verify=false "
         .. "and cafile work; the name is checked; ALPN; pooled TLS connections", function()

@@ -77,8 +77,14 @@ end
 -- sock:connect(host, port [, {pool=, deny_private=, tls={...}}]) -> 1 | nil, err
 -- A connection parked with setkeepalive for the same host, port (and TLS settings) is taken
 -- from the worker's pool instead of a new one (sock:getreusedtimes() > 0).
+-- opts.pool_size caps the connections to this host and port (pooled ones included): a connect
+-- beyond it waits (up to the connect timeout) for one to be parked or closed, if fewer than
+-- opts.backlog already wait; else nil, "too many waiting connections ...".
+local defaults = setmetatable({}, { __mode = "k" }) -- socket -> connect options (luasocket{})
+
 function methods.connect(s, host, port, opts)
     check_sock(s, "sock:connect")
+    if opts == nil then opts = defaults[s] end
     if type(host) ~= "string" then
         raise("sock:connect(host, port): host must be a string, got a " .. type(host))
     end
@@ -92,7 +98,15 @@ function methods.connect(s, host, port, opts)
         if type(opts) ~= "table" then
             raise("sock:connect(host, port, opts): opts must be a table, got a " .. type(opts))
         end
-        o = { pool = opts.pool, deny_private = opts.deny_private and true or false }
+        for _, f in ipairs { "pool_size", "backlog" } do
+            local v = opts[f]
+            if v ~= nil and (type(v) ~= "number" or v < 0 or v % 1 ~= 0) then
+                raise("sock:connect(host, port, opts): opts." .. f .. " must be a whole number, "
+                    .. "got " .. tostring(v))
+            end
+        end
+        o = { pool = opts.pool, deny_private = opts.deny_private and true or false,
+            pool_size = opts.pool_size, backlog = opts.backlog or 0 }
         if opts.tls then o.tls = tls_opts("sock:connect: opts.tls", opts.tls) end
     end
     return waited(c_connect(s, host, p, o))
@@ -217,6 +231,7 @@ function methods.setkeepalive(s, idle_ms, size)
         raise("sock:setkeepalive(idle_ms, pool_size): pool_size must be a whole number, got "
             .. tostring(size))
     end
+    if size == nil and defaults[s] then size = defaults[s].pool_size end
     return c_setkeepalive(s, idle_ms and idle_ms / 1000, size)
 end
 
@@ -246,11 +261,6 @@ function methods.setoption(s, name, value)
     return c_setoption(s, name, value)
 end
 
--- luasocket has these on client sockets; nothing to do here.
-function methods.setfd() end
-function methods.getfd() return -1 end
-function methods.dirty(s) return false end
-
 -- Counters of this worker's outbound sockets (see kh_out.h's kh_out_stats).
 function M.stats()
     return core.socket_stats()
@@ -259,12 +269,23 @@ end
 -- A table that stands in for luasocket's `socket` module:
 --   package.loaded.socket = k.socket.luasocket()
 -- so libraries written for luasocket (redis-lua, ...) use k.socket inside handlers.
-function M.luasocket()
+-- opts (optional): the connect options every socket made through it gets, e.g.
+-- { pool_size = 20, backlog = 1000 } so that a library that only calls connect(host, port)
+-- shares at most 20 connections per worker and host (setkeepalive() then keeps as many).
+function M.luasocket(opts)
+    if opts ~= nil and type(opts) ~= "table" then
+        raise("k.socket.luasocket(opts): opts must be a table of connect options, got a "
+            .. type(opts))
+    end
     local S = { _VERSION = "LuaSocket 3.0-rc1 (khamsin k.socket)", _M = nil }
-    S.tcp = M.tcp
-    S.tcp4, S.tcp6 = M.tcp, M.tcp
-    function S.connect(host, port)
+    S.tcp = function()
         local s = M.tcp()
+        defaults[s] = opts
+        return s
+    end
+    S.tcp4, S.tcp6 = S.tcp, S.tcp
+    function S.connect(host, port)
+        local s = S.tcp()
         local r, err = s:connect(host, port)
         if not r then return nil, err end
         return s

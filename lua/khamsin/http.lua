@@ -543,7 +543,8 @@ function M.request(t)
                 return nil, "too many redirects"
             end
             local res = setmetatable({ status = head.status, reason = head.reason,
-                headers = headers, version = head.version, url = u.url }, res_mt)
+                headers = headers, version = head.version, url = u.url, decoded = false },
+                res_mt)
             local source = nx
             local ce = headers["content-encoding"]
             if want_decode and ce and o.method ~= "HEAD" and head.status ~= 204

@@ -207,6 +207,23 @@ static int l_h1_feed(lua_State *L)
     return 6;
 }
 
+/* http_h1_reset(reader, head_request, body_bytes): ready for another response (readers are reused) */
+static int l_h1_reset(lua_State *L)
+{
+    lh1 *h = check_h1(L);
+    kh_h1c_limits lim = h->r.lim;
+    lim.body_bytes = (uint64_t)luaL_optnumber(L, 3, (lua_Number)lim.body_bytes);
+    kh_h1c_init(&h->r, &lim, h->fields, lua_toboolean(L, 2));
+    h->len = 0;
+    h->failed = 0;
+    if (h->cap > 65536) { /* a big response grew it: do not keep that around */
+        free(h->buf);
+        h->buf = NULL;
+        h->cap = 0;
+    }
+    return 0;
+}
+
 /* http_h1_eof(reader) -> true | nil, reason */
 static int l_h1_eof(lua_State *L)
 {
@@ -499,6 +516,7 @@ void kh__lua_open_http(lua_State *L, struct kh_lua *K)
         {"http_h1_reader", l_h1_reader},
         {"http_h1_feed", l_h1_feed},
         {"http_h1_eof", l_h1_eof},
+        {"http_h1_reset", l_h1_reset},
         {"http_h1_started", l_h1_started},
         {"http_decoder", l_decoder},
         {"http_decode", l_decode},

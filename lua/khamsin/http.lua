@@ -14,7 +14,7 @@ if not ok then
     error("k.http runs on a worker's loop, not in a k.blocking pool thread", 2)
 end
 local errors = require "khamsin.errors"
-local socket = require "khamsin.socket"
+require "khamsin.socket" -- the socket methods (the h2 path uses them)
 
 local type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, rawget =
     type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, rawget
@@ -24,8 +24,14 @@ errors.own()
 
 local now = core.now
 local LIM = core.http_limits
-local h1_request, h1_reader, h1_feed, h1_eof, h1_started = core.http_h1_request,
-    core.http_h1_reader, core.http_h1_feed, core.http_h1_eof, core.http_h1_started
+local h1_request, h1_reader, h1_feed, h1_eof, h1_started, h1_reset = core.http_h1_request,
+    core.http_h1_reader, core.http_h1_feed, core.http_h1_eof, core.http_h1_started,
+    core.http_h1_reset
+-- k.socket's raw functions (lua/kh_lua_socket.c): the h1 path calls them without the argument
+-- checks of khamsin/socket.lua's methods, which it would pass every time
+local c_new, c_connect, c_send, c_receive, c_settimeouts, c_setkeepalive, c_close, c_info =
+    core.socket_new, core.socket_connect, core.socket_send, core.socket_receive,
+    core.socket_settimeouts, core.socket_setkeepalive, core.socket_close, core.socket_info
 local decoder, decode, decode_finish = core.http_decoder, core.http_decode,
     core.http_decode_finish
 local h2_new, h2_submit, h2_recv, h2_send, h2_eof, h2_info, h2_take, h2_forget, h2_state =
@@ -33,6 +39,33 @@ local h2_new, h2_submit, h2_recv, h2_send, h2_eof, h2_info, h2_take, h2_forget, 
     core.http_h2_info, core.http_h2_take, core.http_h2_forget, core.http_h2_state
 
 local M = {}
+
+-- a raw socket function's results: true, values... | "aborted", why | "misuse", message
+local function waited(st, ...)
+    if st == true then return ... end
+    if st == "aborted" then error(errors.aborted((...)), 0) end
+    raise((...))
+end
+
+-- response readers are reused (each holds a field array and a buffer)
+local free_readers, nfree = {}, 0
+local function get_reader(head_request, max_body)
+    if nfree > 0 then
+        local r = free_readers[nfree]
+        free_readers[nfree] = nil
+        nfree = nfree - 1
+        h1_reset(r, head_request, max_body)
+        return r
+    end
+    return h1_reader(head_request, LIM.http_client_header_bytes, LIM.http_client_header_fields,
+        max_body)
+end
+local function put_reader(r)
+    if nfree < 64 then
+        nfree = nfree + 1
+        free_readers[nfree] = r
+    end
+end
 
 local READ_CHUNK = 65536
 local IDEMPOTENT = { GET = true, HEAD = true, PUT = true, DELETE = true, OPTIONS = true,
@@ -78,6 +111,20 @@ local function parse_url(url)
     if port and port ~= default then authority = authority .. ":" .. port end
     return { scheme = scheme, host = lower(host), port = port or default, target = target,
         authority = authority, url = url }
+end
+
+-- parsed URLs of recent requests (most requests of a service go to a few URLs); reset when big
+local url_cache, url_cached = {}, 0
+local function parse_url_cached(url)
+    local u = url_cache[url]
+    if u then return u end
+    local err
+    u, err = parse_url(url)
+    if not u then return nil, err end
+    if url_cached >= 256 then url_cache, url_cached = {}, 0 end
+    url_cache[url] = u
+    url_cached = url_cached + 1
+    return u
 end
 
 -- Location relative to the current URL (RFC 3986 §5.2, the forms servers use)
@@ -217,22 +264,32 @@ end
 
 -- ---- HTTP/1.1 ----
 
+-- the read timeout for the next read (seconds): read_timeout within what is left of the whole
+local function read_s(o)
+    local left = o.deadline - now()
+    if left <= 0 then return nil end
+    local r = o.read_ms and o.read_ms / 1000 or left
+    return r < left and r or left
+end
+
 local function h1_exchange(sock, o, u)
-    local fields = o.fields
-    local req, rerr = h1_request(o.method, u.target, u.authority, fields,
-        o.body and #o.body or nil)
+    local body = o.body
+    local req, rerr = h1_request(o.method, u.target, u.authority, o.fields, body and #body or nil)
     if not req then raise("k.http.request: " .. rerr) end
-    if not arm(sock, o, o.send_ms) then return nil, "timeout" end
-    local okw, werr = sock:send(o.body and #o.body < 65536 and (req .. o.body) or req)
-    if okw and o.body and #o.body >= 65536 then okw, werr = sock:send(o.body) end
+    local t = read_s(o)
+    if not t then return nil, "timeout" end
+    c_settimeouts(sock, nil, t, t)
+    local okw, werr = waited(c_send(sock, body and #body < 65536 and (req .. body) or req))
+    if okw and body and #body >= 65536 then okw, werr = waited(c_send(sock, body)) end
     if not okw then return nil, werr, true end
-    local r = h1_reader(o.method == "HEAD", LIM.http_client_header_bytes,
-        LIM.http_client_header_fields, o.max_body)
-    local head, pending, done, reusable, leftover = nil, {}, false, false, 0
+    local r = get_reader(o.method == "HEAD", o.max_body)
+    local head, pending, np, done, reusable, leftover = nil, nil, 0, false, false, 0
     -- reads until the head arrives (body bytes that came with it wait in pending)
     while not head do
-        if not arm(sock, o, o.read_ms) then return nil, "timeout" end
-        local data, err = sock:receiveany(READ_CHUNK)
+        t = read_s(o)
+        if not t then return nil, "timeout" end
+        c_settimeouts(sock, nil, nil, t)
+        local data, err = waited(c_receive(sock, "s", READ_CHUNK))
         if not data then
             if err == "closed" then
                 local started = h1_started(r)
@@ -241,61 +298,56 @@ local function h1_exchange(sock, o, u)
             end
             return nil, err
         end
-        local hd, body, dn, ferr, ru, lo = h1_feed(r, data)
+        local hd, bd, dn, ferr, ru, lo = h1_feed(r, data)
         if ferr then return nil, ferr end
         head = hd
-        if body ~= "" then pending[#pending + 1] = body end
+        if bd ~= "" then pending, np = bd, 1 end
         done, reusable, leftover = dn, ru, lo
     end
     local finished = false
     local function finish()
         if finished then return end
         finished = true
+        put_reader(r)
         if reusable and leftover == 0 then
-            sock:setkeepalive(o.keepalive_ms, o.pool_size)
+            c_setkeepalive(sock, o.keepalive_ms / 1000, o.pool_size)
         else
-            sock:close()
+            c_close(sock)
         end
     end
-    local pi = 1
+    local function fail(err)
+        finished = true
+        c_close(sock)
+        return nil, err
+    end
     local function raw()
-        if pi <= #pending then
-            local c = pending[pi]
-            pending[pi] = nil
-            pi = pi + 1
+        if np > 0 then
+            np = 0
+            local c = pending
+            pending = nil
             return c
         end
         while not done do
-            if not arm(sock, o, o.read_ms) then
-                sock:close()
-                return nil, "timeout"
-            end
-            local data, err = sock:receiveany(READ_CHUNK)
+            local tt = read_s(o)
+            if not tt then return fail("timeout") end
+            c_settimeouts(sock, nil, nil, tt)
+            local data, err = waited(c_receive(sock, "s", READ_CHUNK))
             if not data then
-                if err == "closed" then
-                    local eok, eerr = h1_eof(r)
-                    if not eok then
-                        sock:close()
-                        return nil, eerr
-                    end
-                    done, reusable = true, false
-                    break
-                end
-                sock:close()
-                return nil, err
+                if err ~= "closed" then return fail(err) end
+                local eok, eerr = h1_eof(r)
+                if not eok then return fail(eerr) end
+                done, reusable = true, false
+                break
             end
-            local _, body, dn, ferr, ru, lo = h1_feed(r, data)
-            if ferr then
-                sock:close()
-                return nil, ferr
-            end
+            local _, bd, dn, ferr, ru, lo = h1_feed(r, data)
+            if ferr then return fail(ferr) end
             done, reusable, leftover = dn, ru, lo
-            if body ~= "" then return body end
+            if bd ~= "" then return bd end
         end
         finish()
         return nil
     end
-    if done and #pending == 0 then finish() end
+    if done and np == 0 then finish() end
     return { status = head.status, reason = head.reason, fields = head.fields,
         version = head.minor == 0 and "1.0" or "1.1" }, raw
 end
@@ -429,28 +481,34 @@ local function once(o, u)
         end
     end
     for attempt = 1, 2 do
-        local sock = socket.tcp()
+        local sock = waited(c_new())
         local left = remaining_ms(o)
         if left <= 0 then return nil, "timeout" end
-        sock:settimeouts(min(o.connect_ms or left, left), left, left)
-        local copts = { deny_private = o.deny_private }
+        left = left / 1000
+        local ct = o.connect_ms and o.connect_ms / 1000 or left
+        c_settimeouts(sock, ct < left and ct or left, left, left)
+        local copts = { deny_private = o.deny_private, pool_size = nil, backlog = 0 }
         if u.scheme == "https" then
             copts.tls = { server_name = u.host:gsub("^%[(.*)%]$", "%1"), verify = o.verify,
-                cafile = o.cafile, alpn = o.http2 and { "h2", "http/1.1" } or { "http/1.1" } }
+                cafile = o.cafile, alpn = o.http2 and "h2,http/1.1" or "http/1.1" }
             -- h2 connections never go to k.socket's pool: a separate key keeps the two apart
             copts.pool = key .. (o.http2 and "#h2,h1" or "#h1")
         end
-        local cok, cerr = sock:connect(u.host, u.port, copts)
-        if not cok then return nil, cerr end
-        local reused = sock:getreusedtimes() > 0
+        local cok, cerr = waited(c_connect(sock, u.host, u.port, copts))
+        if not cok then
+            c_close(sock)
+            return nil, cerr
+        end
+        local info = c_info(sock)
+        local reused = info.reused > 0
         local head, nx, retry
-        if u.scheme == "https" and sock:alpn() == "h2" then
+        if u.scheme == "https" and info.alpn == "h2" then
             head, nx, retry = h2_exchange(h2_connection(sock, key), o, u, true)
         else
             head, nx, retry = h1_exchange(sock, o, u)
         end
         if head then return head, nx end
-        sock:close()
+        c_close(sock)
         -- a pooled connection the server had closed: once more on a new one (idempotent only)
         if not (retry and reused and IDEMPOTENT[o.method]) or attempt == 2 then
             return nil, nx
@@ -476,7 +534,8 @@ local function check_opts(t)
     if t.body ~= nil and type(t.body) ~= "string" then
         raise("k.http.request: body must be a string, got a " .. type(t.body))
     end
-    for _, n in ipairs { "timeout", "connect_timeout", "read_timeout", "max_body", "redirects" } do
+    for _, n in ipairs { "timeout", "connect_timeout", "read_timeout", "max_body", "redirects",
+        "pool_size", "keepalive" } do
         local v = t[n]
         if v ~= nil and (type(v) ~= "number" or v < 0) then
             raise("k.http.request: " .. n .. " must be a number >= 0, got " .. tostring(v))
@@ -485,7 +544,8 @@ local function check_opts(t)
 end
 
 -- k.http.request{method=, url=, headers=, body=, timeout=, connect_timeout=, read_timeout=,
--- max_body=, redirects=, stream=, decode=, verify=, cafile=, http2=, deny_private=}
+-- max_body=, redirects=, stream=, decode=, verify=, cafile=, http2=, deny_private=, pool_size=,
+-- keepalive=}
 -- -> res | nil, reason
 function M.request(t)
     check_opts(t)
@@ -502,13 +562,13 @@ function M.request(t)
         cafile = t.cafile,
         http2 = t.http2 ~= false,
         deny_private = t.deny_private and true or false,
-        keepalive_ms = LIM.socket_keepalive_ms,
-        pool_size = LIM.socket_pool_size,
+        keepalive_ms = t.keepalive and t.keepalive * 1000 or LIM.socket_keepalive_ms,
+        pool_size = t.pool_size and floor(t.pool_size) or LIM.socket_pool_size,
     }
     local want_decode = t.decode ~= false
     local redirects = t.redirects and floor(t.redirects) or LIM.http_client_redirects
     local url = t.url
-    local u, uerr = parse_url(url)
+    local u, uerr = parse_url_cached(url)
     if not u then return nil, uerr end
     local first = u
     for hop = 0, redirects do

@@ -932,6 +932,16 @@ static int open_socket(kh_out *o, char *err, size_t errlen)
     return 0;
 }
 
+int kh_out_tls_preload(int verify, const char *ca_file, char *err, size_t errlen)
+{
+    kh_tls_client_opts co = {.server_name = "localhost", .verify = verify, .ca_file = ca_file};
+    kh_tls_client *c = kh_tls_client_new(&co, err, errlen);
+    if (c == NULL)
+        return -1;
+    kh_tls_client_free(c);
+    return 0;
+}
+
 int kh_out_resolve(kh_worker *w, const char *host, struct sockaddr_storage *out,
                    kh_out_resolve_cb cb, void *arg, kh_dns_req **req)
 {

@@ -67,6 +67,10 @@ local function r(...) -- results as a JSON list (nil -> "nil")
     return json.encode(out)
 end
 
+local preload = { k.socket.tls_preload() } -- while the script loads
+local preload_bad = { k.socket.tls_preload { cafile = "/nonexistent/ca.pem" } }
+k.get("/preload", function() return r(preload[1], preload_bad[1], preload_bad[2]) end)
+
 k.get("/refused", function(req)
     local s = k.socket.tcp()
     return r(s:connect("127.0.0.1", tonumber(req.args.port)))
@@ -417,6 +421,13 @@ describe("k.socket", function()
                 "too many waiting connections (pool_size 2 busy, backlog 0 full)" },
                 get_json("/backlog"))
         end)
+
+    it("k.socket.tls_preload loads TLS while the script loads; a bad cafile says why", function()
+        local t = get_json("/preload")
+        assert.are.equal(true, t[1])
+        assert.are.equal("nil", t[2])
+        assert.matches("tls: cannot load the CA certificates of /nonexistent/ca.pem", t[3])
+    end)
 
     it("TLS: verify against the system store fails on a self-signed certificate; verify=false "
         .. "and cafile work; the name is checked; ALPN; pooled TLS connections", function()

@@ -522,7 +522,14 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (o->state == S_CLOSED || nread == 0)
         return;
     if (o->state == S_IDLE) {
-        /* the peer closed it, or sent what nobody asked for: it cannot be reused */
+        /* the peer closed it, or sent what nobody asked for: it cannot be reused (over TLS,
+         * post-handshake messages such as session tickets are taken and the wait goes on) */
+        if (o->tls && nread > 0) {
+            kh_tls_client_feed(o->tls, buf->base, (size_t)nread);
+            tls_drain(o);
+            if (o->in_len == 0 && !o->eof && !o->rerr)
+                return;
+        }
         o->reg->evicted++;
         kh_out_close(o);
         return;
@@ -1063,6 +1070,17 @@ int kh_out_keepalive(kh_out *o, uint64_t idle_ms, int pool_size)
     ssize_t k = uv_fileno((uv_handle_t *)&o->tcp, &fd) == 0
                     ? recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT)
                     : -1;
+    if (k > 0 && o->tls) {
+        /* over TLS the bytes may be only post-handshake messages (TLS 1.3 session tickets):
+         * let the TLS client take them (no read is started, so reading here races nothing) */
+        ssize_t got;
+        while ((got = recv(fd, r->w->read_slab, 65536, MSG_DONTWAIT)) > 0)
+            kh_tls_client_feed(o->tls, r->w->read_slab, (size_t)got);
+        tls_drain(o);
+        k = got == 0 || o->eof ? 0 : -1;
+        if (o->rerr)
+            return o->rerr;
+    }
     if (o->in_len > 0 || k > 0) {
         snprintf(o->errmsg, sizeof o->errmsg, "unread data in the buffer");
         return UV_EBUSY;

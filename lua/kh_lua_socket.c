@@ -464,6 +464,8 @@ static int l_tls(lua_State *L)
     kh_lua_co *c = current(L, K, "sock:tls");
     if (c == NULL)
         return 2;
+    if (s->co)
+        return misuse(L, "sock:tls: another coroutine waits on this socket");
     if (s->o == NULL)
         return fail(L, "closed");
     tls_bufs tb;
@@ -499,6 +501,8 @@ static int l_send(lua_State *L)
     kh_lua_co *c = current(L, K, "sock:send");
     if (c == NULL)
         return 2;
+    if (s->co)
+        return misuse(L, "sock:send: another coroutine waits on this socket");
     if (s->o == NULL) {
         lua_pushboolean(L, 1);
         lua_pushnil(L);
@@ -536,6 +540,8 @@ static int l_receive(lua_State *L)
     kh_lua_co *c = current(L, K, "sock:receive");
     if (c == NULL)
         return 2;
+    if (s->co)
+        return misuse(L, "sock:receive: another coroutine waits on this socket");
     if (s->o == NULL) {
         lua_pushboolean(L, 1);
         lua_pushnil(L);

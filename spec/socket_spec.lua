@@ -290,6 +290,19 @@ k.get("/misuse", function()
     return r(ok, err, ok2, err2)
 end)
 
+k.get("/shared", function()
+    local s = k.socket.tcp()
+    assert(s:connect("127.0.0.1", P.mute))
+    s:settimeout(0.3)
+    local res
+    k.timer(0, function() res = { s:receive() } end)
+    k.sleep(0.05)
+    local ok, err = pcall(s.receive, s)
+    while not res do k.sleep(0.02) end
+    s:close()
+    return r(ok, err, res[2])
+end)
+
 k.get("/private", function()
     local s = k.socket.tcp()
     local ok, err = s:connect("localhost", P.echo, { deny_private = true })
@@ -479,6 +492,14 @@ describe("k.socket", function()
         assert.are.equal(false, t[3])
         assert.matches("app.lua:%d+: sock:receive%(pattern%)", t[4])
     end)
+
+    it("a socket another coroutine waits on refuses a second wait (and stays the first one's)",
+        function()
+            local t = get_json("/shared")
+            assert.are.equal(false, t[1])
+            assert.matches("app.lua:%d+: sock:receive: another coroutine waits on this socket", t[2])
+            assert.are.equal("timeout", t[3])
+        end)
 
     it("deny_private refuses a host that resolves to loopback; k.socket.resolve", function()
         local t = get_json("/private")

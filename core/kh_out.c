@@ -60,6 +60,8 @@ struct kh_out {
     /* connect */
     struct sockaddr_storage addrs[KH_DNS_MAX_ADDRS];
     int naddr;
+    int ai;           /* the address being tried; the next one after a refusal */
+    int retrying;     /* tcp is closing to connect again to addrs[ai] */
     kh_dns_req *dreq;
     uv_connect_t creq;
     int deny_private;
@@ -175,10 +177,19 @@ void kh_out_reg_free(kh_worker *w)
 
 /* ---- life ---- */
 
+static void retry_connect(kh_out *o);
+
 static void close_cb(uv_handle_t *h)
 {
     kh_out *o = h->type == UV_TCP ? KH_CONTAINER_OF((uv_tcp_t *)h, kh_out, tcp)
                                   : KH_CONTAINER_OF((uv_timer_t *)h, kh_out, timer);
+    if (h->type == UV_TCP && o->retrying) {
+        o->retrying = 0;
+        if (o->state != S_CLOSED) {
+            retry_connect(o); /* the handle is free again: the next address */
+            return;
+        }
+    }
     if (--o->handles > 0)
         return;
     if (o->tls)
@@ -241,7 +252,8 @@ void kh_out_close(kh_out *o)
         return;
     }
     o->reg->open--;
-    uv_close((uv_handle_t *)&o->tcp, close_cb);
+    if (!o->retrying) /* else its close is under way (close_cb counts it) */
+        uv_close((uv_handle_t *)&o->tcp, close_cb);
     uv_close((uv_handle_t *)&o->timer, close_cb);
     if (o->kp) {
         o->kp->conns--;
@@ -693,6 +705,17 @@ static void connect_cb(uv_connect_t *req, int status)
     if (o->state == S_CLOSED || o->op != OP_CONNECT)
         return;
     if (status < 0) {
+        /* the next address, if any (IPv4 first: "localhost" reaches a service on ::1 too) */
+        int next = o->ai + 1;
+        while (next < o->naddr && o->deny_private &&
+               kh_dns_is_private((const struct sockaddr *)&o->addrs[next]))
+            next++;
+        if (next < o->naddr && status != UV_ECANCELED) {
+            o->ai = next;
+            o->retrying = 1;
+            uv_close((uv_handle_t *)&o->tcp, close_cb);
+            return;
+        }
         op_done(o, status);
         return;
     }
@@ -711,9 +734,11 @@ static void connect_cb(uv_connect_t *req, int status)
 static int start_connect(kh_out *o)
 {
     const struct sockaddr *sa = NULL;
-    for (int i = 0; i < o->naddr && sa == NULL; i++)
-        if (!o->deny_private || !kh_dns_is_private((const struct sockaddr *)&o->addrs[i]))
+    for (int i = o->ai; i < o->naddr && sa == NULL; i++)
+        if (!o->deny_private || !kh_dns_is_private((const struct sockaddr *)&o->addrs[i])) {
             sa = (const struct sockaddr *)&o->addrs[i];
+            o->ai = i;
+        }
     if (sa == NULL) {
         snprintf(o->errmsg, sizeof o->errmsg, "refused: %.255s resolves to a private or loopback "
                  "address (deny_private)", o->host);
@@ -721,6 +746,16 @@ static int start_connect(kh_out *o)
     }
     o->state = S_CONNECTING;
     return uv_tcp_connect(&o->creq, &o->tcp, sa, connect_cb);
+}
+
+static void retry_connect(kh_out *o)
+{
+    uv_tcp_init(&o->reg->w->loop, &o->tcp);
+    o->tcp.data = o->reg->w;
+    uv_unref((uv_handle_t *)&o->tcp);
+    int r = start_connect(o);
+    if (r < 0)
+        op_done(o, r);
 }
 
 static void dns_cb(void *arg, int status, const struct sockaddr_storage *addrs, int n)

@@ -217,6 +217,18 @@ k.get("/tls", function(req)
     return json.encode(out)
 end)
 
+k.get("/tls_errors", function()
+    local s = k.socket.tcp()
+    s:settimeouts(300, 1000, 1000)
+    assert(s:connect("127.0.0.1", P.mute))
+    local ok, err = s:tls { server_name = "localhost" }       -- never answers
+    local s2 = k.socket.tcp()
+    assert(s2:connect("127.0.0.1", P.echo))
+    local ok2, err2 = s2:tls { server_name = "localhost" }    -- its ClientHello comes back
+    local ok3, err3 = s2:send("x")                            -- a failed handshake closed it
+    return r(ok, err, ok2, err2, ok3, err3)
+end)
+
 k.get("/hang", function()
     local s = k.socket.tcp()
     assert(s:connect("127.0.0.1", P.mute))
@@ -459,6 +471,17 @@ describe("k.socket", function()
         assert.are.equal(1, t[7].reused)
         assert.are.equal("tls-hello", t[7].again)
     end)
+
+    it("TLS handshake errors: timeout, garbage from the peer; the socket is closed after",
+        function()
+            local t = get_json("/tls_errors")
+            assert.are.equal("nil", t[1])
+            assert.are.equal("timeout", t[2])
+            assert.are.equal("nil", t[3])
+            assert.matches("^tls: handshake failed: ", t[4])
+            assert.are.equal("nil", t[5])
+            assert.are.equal("closed", t[6])
+        end)
 
     it("a client that leaves cancels the wait and closes the socket", function()
         local before = select(2, events(peer):gsub("mute%-closed", ""))

@@ -30,6 +30,9 @@ enum { OP_NONE = 0, OP_CONNECT, OP_TLS, OP_WRITE, OP_READ };
 #define HOST_MAX 256
 #define KEY_MAX 1024
 #define READ_CHUNK 16384
+/* Reading stays on between operations until this much input waits (then TCP pushes back):
+ * stopping and restarting it around every request/reply exchange costs two epoll_ctl calls. */
+#define KEEP_READING 65536
 
 /* Connections of one key when the caller caps them (kh_out_target.pool_size): how many are
  * open (idle ones included) and who waits for one (the backlog), oldest first. */
@@ -283,8 +286,8 @@ static void op_done(kh_out *o, int status)
         o->broken = 1;
     if (status == KH_ETIMEDOUT && o->state != S_OPEN)
         o->broken = 1; /* a connect or handshake that timed out */
-    if (o->state == S_OPEN)
-        stop_reading(o); /* nobody waits for input: TCP pushes back */
+    if (o->state == S_OPEN && (o->in_len >= KEEP_READING || o->eof || o->rerr))
+        stop_reading(o); /* nobody waits for that much input: TCP pushes back */
     if (cb)
         cb(o, status, arg);
 }
@@ -484,8 +487,12 @@ static int satisfied(kh_out *o)
 
 static void check_read(kh_out *o)
 {
-    if (o->op != OP_READ)
+    if (o->op != OP_READ) {
+        /* input between two reads (the next reply already): kept, up to KEEP_READING */
+        if (o->in_len >= KEEP_READING)
+            stop_reading(o);
         return;
+    }
     if (satisfied(o)) {
         op_done(o, 0);
         return;
@@ -1107,7 +1114,7 @@ int kh_out_keepalive(kh_out *o, uint64_t idle_ms, int pool_size)
                     : -1;
     if (k > 0 && o->tls) {
         /* over TLS the bytes may be only post-handshake messages (TLS 1.3 session tickets):
-         * let the TLS client take them (no read is started, so reading here races nothing) */
+         * let the TLS client take them (on the loop's thread, between two of libuv's reads) */
         ssize_t got;
         while ((got = recv(fd, r->w->read_slab, 65536, MSG_DONTWAIT)) > 0)
             kh_tls_client_feed(o->tls, r->w->read_slab, (size_t)got);

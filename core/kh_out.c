@@ -30,6 +30,9 @@ enum { OP_NONE = 0, OP_CONNECT, OP_TLS, OP_WRITE, OP_READ };
 #define HOST_MAX 256
 #define KEY_MAX 1024
 #define READ_CHUNK 16384
+/* Reading stays on between operations until this much input waits (then TCP pushes back):
+ * stopping and restarting it around every request/reply exchange costs two epoll_ctl calls. */
+#define KEEP_READING 65536
 
 /* Connections of one key when the caller caps them (kh_out_target.pool_size): how many are
  * open (idle ones included) and who waits for one (the backlog), oldest first. */
@@ -60,6 +63,8 @@ struct kh_out {
     /* connect */
     struct sockaddr_storage addrs[KH_DNS_MAX_ADDRS];
     int naddr;
+    int ai;           /* the address being tried; the next one after a refusal */
+    int retrying;     /* tcp is closing to connect again to addrs[ai] */
     kh_dns_req *dreq;
     uv_connect_t creq;
     int deny_private;
@@ -175,10 +180,19 @@ void kh_out_reg_free(kh_worker *w)
 
 /* ---- life ---- */
 
+static void retry_connect(kh_out *o);
+
 static void close_cb(uv_handle_t *h)
 {
     kh_out *o = h->type == UV_TCP ? KH_CONTAINER_OF((uv_tcp_t *)h, kh_out, tcp)
                                   : KH_CONTAINER_OF((uv_timer_t *)h, kh_out, timer);
+    if (h->type == UV_TCP && o->retrying) {
+        o->retrying = 0;
+        if (o->state != S_CLOSED) {
+            retry_connect(o); /* the handle is free again: the next address */
+            return;
+        }
+    }
     if (--o->handles > 0)
         return;
     if (o->tls)
@@ -241,7 +255,8 @@ void kh_out_close(kh_out *o)
         return;
     }
     o->reg->open--;
-    uv_close((uv_handle_t *)&o->tcp, close_cb);
+    if (!o->retrying) /* else its close is under way (close_cb counts it) */
+        uv_close((uv_handle_t *)&o->tcp, close_cb);
     uv_close((uv_handle_t *)&o->timer, close_cb);
     if (o->kp) {
         o->kp->conns--;
@@ -271,8 +286,8 @@ static void op_done(kh_out *o, int status)
         o->broken = 1;
     if (status == KH_ETIMEDOUT && o->state != S_OPEN)
         o->broken = 1; /* a connect or handshake that timed out */
-    if (o->state == S_OPEN)
-        stop_reading(o); /* nobody waits for input: TCP pushes back */
+    if (o->state == S_OPEN && (o->in_len >= KEEP_READING || o->eof || o->rerr))
+        stop_reading(o); /* nobody waits for that much input: TCP pushes back */
     if (cb)
         cb(o, status, arg);
 }
@@ -472,8 +487,12 @@ static int satisfied(kh_out *o)
 
 static void check_read(kh_out *o)
 {
-    if (o->op != OP_READ)
+    if (o->op != OP_READ) {
+        /* input between two reads (the next reply already): kept, up to KEEP_READING */
+        if (o->in_len >= KEEP_READING)
+            stop_reading(o);
         return;
+    }
     if (satisfied(o)) {
         op_done(o, 0);
         return;
@@ -522,7 +541,14 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (o->state == S_CLOSED || nread == 0)
         return;
     if (o->state == S_IDLE) {
-        /* the peer closed it, or sent what nobody asked for: it cannot be reused */
+        /* the peer closed it, or sent what nobody asked for: it cannot be reused (over TLS,
+         * post-handshake messages such as session tickets are taken and the wait goes on) */
+        if (o->tls && nread > 0) {
+            kh_tls_client_feed(o->tls, buf->base, (size_t)nread);
+            tls_drain(o);
+            if (o->in_len == 0 && !o->eof && !o->rerr)
+                return;
+        }
         o->reg->evicted++;
         kh_out_close(o);
         return;
@@ -686,6 +712,17 @@ static void connect_cb(uv_connect_t *req, int status)
     if (o->state == S_CLOSED || o->op != OP_CONNECT)
         return;
     if (status < 0) {
+        /* the next address, if any (IPv4 first: "localhost" reaches a service on ::1 too) */
+        int next = o->ai + 1;
+        while (next < o->naddr && o->deny_private &&
+               kh_dns_is_private((const struct sockaddr *)&o->addrs[next]))
+            next++;
+        if (next < o->naddr && status != UV_ECANCELED) {
+            o->ai = next;
+            o->retrying = 1;
+            uv_close((uv_handle_t *)&o->tcp, close_cb);
+            return;
+        }
         op_done(o, status);
         return;
     }
@@ -704,9 +741,11 @@ static void connect_cb(uv_connect_t *req, int status)
 static int start_connect(kh_out *o)
 {
     const struct sockaddr *sa = NULL;
-    for (int i = 0; i < o->naddr && sa == NULL; i++)
-        if (!o->deny_private || !kh_dns_is_private((const struct sockaddr *)&o->addrs[i]))
+    for (int i = o->ai; i < o->naddr && sa == NULL; i++)
+        if (!o->deny_private || !kh_dns_is_private((const struct sockaddr *)&o->addrs[i])) {
             sa = (const struct sockaddr *)&o->addrs[i];
+            o->ai = i;
+        }
     if (sa == NULL) {
         snprintf(o->errmsg, sizeof o->errmsg, "refused: %.255s resolves to a private or loopback "
                  "address (deny_private)", o->host);
@@ -714,6 +753,16 @@ static int start_connect(kh_out *o)
     }
     o->state = S_CONNECTING;
     return uv_tcp_connect(&o->creq, &o->tcp, sa, connect_cb);
+}
+
+static void retry_connect(kh_out *o)
+{
+    uv_tcp_init(&o->reg->w->loop, &o->tcp);
+    o->tcp.data = o->reg->w;
+    uv_unref((uv_handle_t *)&o->tcp);
+    int r = start_connect(o);
+    if (r < 0)
+        op_done(o, r);
 }
 
 static void dns_cb(void *arg, int status, const struct sockaddr_storage *addrs, int n)
@@ -932,6 +981,16 @@ static int open_socket(kh_out *o, char *err, size_t errlen)
     return 0;
 }
 
+int kh_out_tls_preload(int verify, const char *ca_file, char *err, size_t errlen)
+{
+    kh_tls_client_opts co = {.server_name = "localhost", .verify = verify, .ca_file = ca_file};
+    kh_tls_client *c = kh_tls_client_new(&co, err, errlen);
+    if (c == NULL)
+        return -1;
+    kh_tls_client_free(c);
+    return 0;
+}
+
 int kh_out_resolve(kh_worker *w, const char *host, struct sockaddr_storage *out,
                    kh_out_resolve_cb cb, void *arg, kh_dns_req **req)
 {
@@ -1053,6 +1112,17 @@ int kh_out_keepalive(kh_out *o, uint64_t idle_ms, int pool_size)
     ssize_t k = uv_fileno((uv_handle_t *)&o->tcp, &fd) == 0
                     ? recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT)
                     : -1;
+    if (k > 0 && o->tls) {
+        /* over TLS the bytes may be only post-handshake messages (TLS 1.3 session tickets):
+         * let the TLS client take them (on the loop's thread, between two of libuv's reads) */
+        ssize_t got;
+        while ((got = recv(fd, r->w->read_slab, 65536, MSG_DONTWAIT)) > 0)
+            kh_tls_client_feed(o->tls, r->w->read_slab, (size_t)got);
+        tls_drain(o);
+        k = got == 0 || o->eof ? 0 : -1;
+        if (o->rerr)
+            return o->rerr;
+    }
     if (o->in_len > 0 || k > 0) {
         snprintf(o->errmsg, sizeof o->errmsg, "unread data in the buffer");
         return UV_EBUSY;

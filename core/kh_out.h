@@ -121,6 +121,11 @@ typedef void (*kh_out_resolve_cb)(void *arg, int status, const struct sockaddr_s
 int kh_out_resolve(kh_worker *w, const char *host, struct sockaddr_storage *out,
                    kh_out_resolve_cb cb, void *arg, kh_dns_req **req);
 
+/* Loads khamsin-tls.so and the client context for (verify, ca_file) now, rather than in the
+ * first TLS connection's slice (~50-150 ms once per process: dlopen, OpenSSL's start, the CA
+ * store). Any thread; 0 or -1 with a message. */
+int kh_out_tls_preload(int verify, const char *ca_file, char *err, size_t errlen);
+
 /* Per worker. */
 typedef struct kh_out_stats {
     uint64_t open;      /* open outbound sockets (pooled idle ones included) */

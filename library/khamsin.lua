@@ -351,6 +351,13 @@ function socket.luasocket(opts) end
 ---@return string? err
 function socket.resolve(host) end
 
+--- Loads the TLS module and the CA store now (call it while the script loads), not in the
+--- first TLS connection's slice (~50-150 ms once per process).
+---@param opts? {cafile?: string, verify?: boolean}
+---@return boolean? ok
+---@return string? err
+function socket.tls_preload(opts) end
+
 ---@class khamsin.http
 local http = {}
 

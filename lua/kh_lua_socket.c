@@ -319,6 +319,21 @@ static int l_resolve(lua_State *L)
     return park(L, s, c, W_RESOLVE);
 }
 
+/* tls_preload(cafile | nil, verify) -> true | nil, err (at load time too: it does not wait) */
+static int l_tls_preload(lua_State *L)
+{
+    const char *ca = luaL_optstring(L, 1, NULL);
+    int verify = lua_isnoneornil(L, 2) ? 1 : lua_toboolean(L, 2);
+    char err[512];
+    if (kh_out_tls_preload(verify, ca, err, sizeof err) != 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_gettime(lua_State *L)
 {
     uv_timeval64_t tv;
@@ -449,6 +464,8 @@ static int l_tls(lua_State *L)
     kh_lua_co *c = current(L, K, "sock:tls");
     if (c == NULL)
         return 2;
+    if (s->co)
+        return misuse(L, "sock:tls: another coroutine waits on this socket");
     if (s->o == NULL)
         return fail(L, "closed");
     tls_bufs tb;
@@ -484,6 +501,8 @@ static int l_send(lua_State *L)
     kh_lua_co *c = current(L, K, "sock:send");
     if (c == NULL)
         return 2;
+    if (s->co)
+        return misuse(L, "sock:send: another coroutine waits on this socket");
     if (s->o == NULL) {
         lua_pushboolean(L, 1);
         lua_pushnil(L);
@@ -521,6 +540,8 @@ static int l_receive(lua_State *L)
     kh_lua_co *c = current(L, K, "sock:receive");
     if (c == NULL)
         return 2;
+    if (s->co)
+        return misuse(L, "sock:receive: another coroutine waits on this socket");
     if (s->o == NULL) {
         lua_pushboolean(L, 1);
         lua_pushnil(L);
@@ -741,6 +762,7 @@ void kh__lua_open_socket(lua_State *L, kh_lua *K)
         {"socket_stats", l_stats},
         {"socket_resolve", l_resolve},
         {"socket_gettime", l_gettime},
+        {"socket_tls_preload", l_tls_preload},
         {NULL, NULL},
     };
     for (const luaL_Reg *f = fns; f->name; f++) {

@@ -67,6 +67,10 @@ local function r(...) -- results as a JSON list (nil -> "nil")
     return json.encode(out)
 end
 
+local preload = { k.socket.tls_preload() } -- while the script loads
+local preload_bad = { k.socket.tls_preload { cafile = "/nonexistent/ca.pem" } }
+k.get("/preload", function() return r(preload[1], preload_bad[1], preload_bad[2]) end)
+
 k.get("/refused", function(req)
     local s = k.socket.tcp()
     return r(s:connect("127.0.0.1", tonumber(req.args.port)))
@@ -213,6 +217,18 @@ k.get("/tls", function(req)
     return json.encode(out)
 end)
 
+k.get("/tls_errors", function()
+    local s = k.socket.tcp()
+    s:settimeouts(300, 1000, 1000)
+    assert(s:connect("127.0.0.1", P.mute))
+    local ok, err = s:tls { server_name = "localhost" }       -- never answers
+    local s2 = k.socket.tcp()
+    assert(s2:connect("127.0.0.1", P.echo))
+    local ok2, err2 = s2:tls { server_name = "localhost" }    -- its ClientHello comes back
+    local ok3, err3 = s2:send("x")                            -- a failed handshake closed it
+    return r(ok, err, ok2, err2, ok3, err3)
+end)
+
 k.get("/hang", function()
     local s = k.socket.tcp()
     assert(s:connect("127.0.0.1", P.mute))
@@ -284,6 +300,19 @@ k.get("/misuse", function()
     local ok, err = pcall(s.connect, s, "127.0.0.1", 70000)
     local ok2, err2 = pcall(s.receive, s, "*x")
     return r(ok, err, ok2, err2)
+end)
+
+k.get("/shared", function()
+    local s = k.socket.tcp()
+    assert(s:connect("127.0.0.1", P.mute))
+    s:settimeout(0.3)
+    local res
+    k.timer(0, function() res = { s:receive() } end)
+    k.sleep(0.05)
+    local ok, err = pcall(s.receive, s)
+    while not res do k.sleep(0.02) end
+    s:close()
+    return r(ok, err, res[2])
 end)
 
 k.get("/private", function()
@@ -418,6 +447,13 @@ describe("k.socket", function()
                 get_json("/backlog"))
         end)
 
+    it("k.socket.tls_preload loads TLS while the script loads; a bad cafile says why", function()
+        local t = get_json("/preload")
+        assert.are.equal(true, t[1])
+        assert.are.equal("nil", t[2])
+        assert.matches("tls: cannot load the CA certificates of /nonexistent/ca.pem", t[3])
+    end)
+
     it("TLS: verify against the system store fails on a self-signed certificate; verify=false "
         .. "and cafile work; the name is checked; ALPN; pooled TLS connections", function()
         local t = get_json("/tls?port=" .. tls_srv.port .. "&ca=" .. certdir .. "/cert.pem")
@@ -435,6 +471,17 @@ describe("k.socket", function()
         assert.are.equal(1, t[7].reused)
         assert.are.equal("tls-hello", t[7].again)
     end)
+
+    it("TLS handshake errors: timeout, garbage from the peer; the socket is closed after",
+        function()
+            local t = get_json("/tls_errors")
+            assert.are.equal("nil", t[1])
+            assert.are.equal("timeout", t[2])
+            assert.are.equal("nil", t[3])
+            assert.matches("^tls: handshake failed: ", t[4])
+            assert.are.equal("nil", t[5])
+            assert.are.equal("closed", t[6])
+        end)
 
     it("a client that leaves cancels the wait and closes the socket", function()
         local before = select(2, events(peer):gsub("mute%-closed", ""))
@@ -468,6 +515,14 @@ describe("k.socket", function()
         assert.are.equal(false, t[3])
         assert.matches("app.lua:%d+: sock:receive%(pattern%)", t[4])
     end)
+
+    it("a socket another coroutine waits on refuses a second wait (and stays the first one's)",
+        function()
+            local t = get_json("/shared")
+            assert.are.equal(false, t[1])
+            assert.matches("app.lua:%d+: sock:receive: another coroutine waits on this socket", t[2])
+            assert.are.equal("timeout", t[3])
+        end)
 
     it("deny_private refuses a host that resolves to loopback; k.socket.resolve", function()
         local t = get_json("/private")

@@ -376,6 +376,17 @@ function M.luasocket(opts)
     return S
 end
 
+-- k.socket.tls_preload{cafile=, verify=}: loads the TLS module and the CA store now (call it
+-- while the script loads) instead of in the first TLS connection's slice. true | nil, err
+function M.tls_preload(opts)
+    if opts ~= nil and type(opts) ~= "table" then
+        raise("k.socket.tls_preload(opts): opts must be a table {cafile=, verify=}, got a "
+            .. type(opts))
+    end
+    opts = opts or {}
+    return core.socket_tls_preload(opts.cafile, opts.verify ~= false)
+end
+
 -- k.socket.resolve(host) -> {ip, ...} | nil, err (yields; the worker's DNS cache first)
 function M.resolve(host)
     if type(host) ~= "string" then

@@ -111,7 +111,13 @@ end)
 k.get("/misuse", function(req)
     local ok, e = pcall(k.http.request, { url = 42 })
     local ok2, e2 = pcall(k.http.get, "http://x/", "notatable")
-    return json.encode { ok = ok, e = tostring(e), ok2 = ok2, e2 = tostring(e2) }
+    local inj = {}
+    for _, u in ipairs { req.args.h1, req.args.h2 } do
+        local ok3, e3 = pcall(k.http.request, { url = u, cafile = req.args.ca,
+            headers = { ["X-A"] = "a\r\nEvil: 1" } })
+        inj[#inj + 1] = { ok = ok3, e = tostring(e3) }
+    end
+    return json.encode { ok = ok, e = tostring(e), ok2 = ok2, e2 = tostring(e2), inj = inj }
 end)
 k.get("/leave", function(req)
     -- the client of this request leaves; the wait must end with it
@@ -404,13 +410,20 @@ describe("k.http", function()
         it("bad URLs return nil, reason; misuse raises", function()
             assert.are.equal("unsupported url scheme: ftp", do_req { url = "ftp://x/" }.err)
             assert.are.equal("invalid url: nope", do_req { url = "nope" }.err)
-            local res = cli:request { path = "/misuse" }
+            local res = cli:request { path = "/misuse?h1=" .. up_url("/hdr") .. "&h2="
+                .. up_url("/hdr", true) .. "&ca=" .. certdir .. "/cert.pem" }
             local t = cjson.decode(res.body)
             assert.is_false(t.ok)
             assert.is_truthy(t.e:find("url must be a string", 1, true), t.e)
             assert.is_truthy(t.e:find("app.lua:%d+:"), t.e)
             assert.is_false(t.ok2)
             assert.is_truthy(t.e2:find("opts must be a table", 1, true), t.e2)
+            -- header injection refused over HTTP/1.1 and HTTP/2 alike
+            for i = 1, 2 do
+                assert.is_false(t.inj[i].ok)
+                assert.is_truthy(t.inj[i].e:find("invalid request: bad header value", 1, true),
+                    t.inj[i].e)
+            end
         end)
 
         it("a client that leaves ends the wait: the upstream connection closes", function()

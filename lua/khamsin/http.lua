@@ -275,7 +275,10 @@ end
 local function h1_exchange(sock, o, u)
     local body = o.body
     local req, rerr = h1_request(o.method, u.target, u.authority, o.fields, body and #body or nil)
-    if not req then raise("k.http.request: " .. rerr) end
+    if not req then
+        c_close(sock)
+        raise("k.http.request: " .. rerr)
+    end
     local t = read_s(o)
     if not t then return nil, "timeout" end
     c_settimeouts(sock, nil, t, t)
@@ -359,6 +362,13 @@ local h2_idle = {}
 
 local function h2_exchange(conn, o, u, fresh)
     local sock, sess = conn.sock, conn.sess
+    -- the same refusals as over HTTP/1.1 (CR/LF or control bytes in a field, a bad method or
+    -- target): HPACK would carry them, the next HTTP/1.1 hop would not
+    local okr, rerr = h1_request(o.method, u.target, u.authority, o.fields, nil)
+    if not okr then
+        sock:close()
+        raise("k.http.request: " .. rerr)
+    end
     local id, serr = h2_submit(sess, o.method, u.scheme, u.authority, u.target, o.fields, o.body)
     if not id then return nil, serr, true end
     local function flush()
@@ -518,6 +528,9 @@ end
 
 -- ---- k.http.request ----
 
+local NUMERIC_OPTS = { "timeout", "connect_timeout", "read_timeout", "max_body", "redirects",
+    "pool_size", "keepalive" }
+
 local function check_opts(t)
     if type(t) ~= "table" then
         raise("k.http.request{url=, ...}: expected a table, got a " .. type(t))
@@ -534,8 +547,7 @@ local function check_opts(t)
     if t.body ~= nil and type(t.body) ~= "string" then
         raise("k.http.request: body must be a string, got a " .. type(t.body))
     end
-    for _, n in ipairs { "timeout", "connect_timeout", "read_timeout", "max_body", "redirects",
-        "pool_size", "keepalive" } do
+    for _, n in ipairs(NUMERIC_OPTS) do
         local v = t[n]
         if v ~= nil and (type(v) ~= "number" or v < 0) then
             raise("k.http.request: " .. n .. " must be a number >= 0, got " .. tostring(v))

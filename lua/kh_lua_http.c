@@ -112,6 +112,37 @@ static int l_h1_reader(lua_State *L)
     return 1;
 }
 
+/* Pushes {name = value} with lower-case names, repeated names joined with ", " (the form
+ * k.http's res.headers has) and leaves it on the stack. */
+static void push_fields_map(lua_State *L, const kh_h1_field *f, size_t n)
+{
+    char lname[256];
+    lua_createtable(L, 0, (int)n);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = f[i].name.len;
+        const char *name = f[i].name.ptr;
+        if (len <= sizeof(lname)) {
+            for (size_t k = 0; k < len; k++) {
+                char c = name[k];
+                lname[k] = (c >= 'A' && c <= 'Z') ? (char)(c | 0x20) : c;
+            }
+            name = lname;
+        }
+        lua_pushlstring(L, name, len);
+        lua_pushvalue(L, -1);
+        lua_rawget(L, -3);
+        if (lua_isnil(L, -1)) {
+            lua_pop(L, 1);
+            lua_pushlstring(L, f[i].value.ptr ? f[i].value.ptr : "", f[i].value.len);
+        } else {
+            lua_pushliteral(L, ", ");
+            lua_pushlstring(L, f[i].value.ptr ? f[i].value.ptr : "", f[i].value.len);
+            lua_concat(L, 3);
+        }
+        lua_rawset(L, -3);
+    }
+}
+
 static void push_head(lua_State *L, const kh_h1c_head *hd)
 {
     lua_createtable(L, 0, 4);
@@ -121,15 +152,8 @@ static void push_head(lua_State *L, const kh_h1c_head *hd)
     lua_setfield(L, -2, "reason");
     lua_pushinteger(L, hd->minor_version);
     lua_setfield(L, -2, "minor");
-    lua_createtable(L, (int)hd->num_fields * 2, 0);
-    for (size_t i = 0; i < hd->num_fields; i++) {
-        lua_pushlstring(L, hd->fields[i].name.ptr, hd->fields[i].name.len);
-        lua_rawseti(L, -2, (int)(2 * i + 1));
-        lua_pushlstring(L, hd->fields[i].value.ptr ? hd->fields[i].value.ptr : "",
-                        hd->fields[i].value.len);
-        lua_rawseti(L, -2, (int)(2 * i + 2));
-    }
-    lua_setfield(L, -2, "fields");
+    push_fields_map(L, hd->fields, hd->num_fields);
+    lua_setfield(L, -2, "headers");
 }
 
 /* http_h1_feed(reader, data) -> head|nil, body, done, err|nil, reusable, leftover

@@ -249,7 +249,19 @@ local function decoding(raw, dec)
 end
 
 local function drain(nx, max)
-    local parts, n = {}, 0
+    local first, ferr = nx()
+    if first == nil then
+        if ferr then return nil, ferr end
+        return ""
+    end
+    if #first > max then return nil, "response body too large" end
+    local second, serr = nx()
+    if second == nil then -- the common case: the whole body in one piece
+        if serr then return nil, serr end
+        return first
+    end
+    local parts, n = { first, second }, #first + #second
+    if n > max then return nil, "response body too large" end
     while true do
         local c, err = nx()
         if c == nil then
@@ -351,7 +363,7 @@ local function h1_exchange(sock, o, u)
         return nil
     end
     if done and np == 0 then finish() end
-    return { status = head.status, reason = head.reason, fields = head.fields,
+    return { status = head.status, reason = head.reason, headers = head.headers,
         version = head.minor == 0 and "1.0" or "1.1" }, raw
 end
 
@@ -596,7 +608,9 @@ function M.request(t)
         o.fields = fields
         local head, nx = once(o, u)
         if not head then return nil, nx end
-        local headers = header_table(head.fields)
+        -- h1: a {lower-case name = value} map made in C; h2: the field list
+        local headers = head.headers and setmetatable(head.headers, header_mt)
+            or header_table(head.fields)
         local loc = headers.location
         if REDIRECT[head.status] and loc and hop < redirects then
             local _, derr = drain(nx, o.max_body) -- the connection goes back to the pool

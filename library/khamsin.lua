@@ -368,11 +368,12 @@ local http = {}
 --- http_client_redirects, 0: none followed). stream = true: res.body is nil, read with
 --- res:reader(). decode = false: no Accept-Encoding, no gzip/zstd decoding. verify (default
 --- true), cafile: the TLS certificate check. http2 = false: HTTP/1.1 only over TLS.
+--- h2c = true: HTTP/2 with prior knowledge on an http:// URL.
 --- deny_private: refuse hosts that resolve to private/loopback addresses. pool_size (default
 --- socket_pool_size), keepalive (idle seconds, default socket_keepalive_ms): the origin's pool.
 --- Network and protocol failures return nil, reason ("timeout", "connection refused",
 --- "closed mid-body", "tls: certificate verify failed: ...", "too many redirects", ...).
----@param opts {url: string, method?: string, headers?: table<string, string|string[]>, body?: string, timeout?: number, connect_timeout?: number, read_timeout?: number, max_body?: integer, redirects?: integer, stream?: boolean, decode?: boolean, verify?: boolean, cafile?: string, http2?: boolean, deny_private?: boolean, pool_size?: integer, keepalive?: number}
+---@param opts {url: string, method?: string, headers?: table<string, string|string[]>, body?: string, timeout?: number, connect_timeout?: number, read_timeout?: number, max_body?: integer, redirects?: integer, stream?: boolean, decode?: boolean, verify?: boolean, cafile?: string, http2?: boolean, h2c?: boolean, deny_private?: boolean, pool_size?: integer, keepalive?: number}
 ---@return khamsin.HttpResponse? res
 ---@return string? err
 function http.request(opts) end

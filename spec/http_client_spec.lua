@@ -87,7 +87,8 @@ k.post("/seq", function(req)
     local o = json.decode(req:body())
     local bodies = {}
     for i = 1, o.n do
-        local res, err = k.http.request { url = o.url, cafile = o.cafile, verify = o.verify }
+        local res, err = k.http.request { url = o.url, cafile = o.cafile, verify = o.verify,
+            h2c = o.h2c }
         bodies[i] = res and res.body or ("ERR " .. tostring(err))
     end
     return json.encode(bodies)
@@ -204,6 +205,15 @@ describe("k.http", function()
         it("HTTP/2 over TLS when ALPN picks h2", function()
             local r = do_req { url = up_url("/hello", true), cafile = certdir .. "/cert.pem" }
             assert.are.same({ 200, "hello", "2" }, { r.status, r.body, r.version })
+        end)
+
+        it("HTTP/2 over cleartext with prior knowledge (h2c = true)", function()
+            local r = do_req { url = up_url("/hello"), h2c = true }
+            assert.are.same({ 200, "hello", "2" }, { r.status, r.body, r.version })
+            r = do_req { url = up_url("/echo"), h2c = true, method = "POST", body = "x" }
+            assert.are.same({ "POST:x", "2" }, { r.body, r.version })
+            local b = call("/seq", { url = up_url("/hello"), n = 5, h2c = true })
+            assert.are.same({ "hello", "hello", "hello", "hello", "hello" }, b)
         end)
 
         it("1 MiB body over h1, h1+TLS and h2", function()

@@ -486,9 +486,11 @@ local function once(o, u)
         -- the TLS settings are part of the key: a connection verified against one CA file is
         -- not one to hand to a request that trusts another (or the system store)
         key = key .. "#" .. tostring(o.verify) .. "#" .. tostring(o.cafile)
+    elseif o.h2c then
+        key = key .. "#h2c" -- HTTP/2 with prior knowledge (RFC 9113 §3.3)
     end
     -- an idle h2 connection to this origin first
-    local list = o.http2 and h2_idle[key]
+    local list = (o.http2 or o.h2c) and h2_idle[key]
     while list and #list > 0 do
         local conn = list[#list]
         list[#list] = nil
@@ -515,6 +517,8 @@ local function once(o, u)
                 cafile = o.cafile, alpn = o.http2 and "h2,http/1.1" or "http/1.1" }
             -- h2 connections never go to k.socket's pool: a separate key keeps the two apart
             copts.pool = key .. (o.http2 and "#h2,h1" or "#h1")
+        elseif o.h2c then
+            copts.pool = key -- never parked in k.socket's pool; kept apart all the same
         end
         local cok, cerr = waited(c_connect(sock, u.host, u.port, copts))
         if not cok then
@@ -524,7 +528,7 @@ local function once(o, u)
         local info = c_info(sock)
         local reused = info.reused > 0
         local head, nx, retry
-        if u.scheme == "https" and info.alpn == "h2" then
+        if (u.scheme == "https" and info.alpn == "h2") or (u.scheme == "http" and o.h2c) then
             head, nx, retry = h2_exchange(h2_connection(sock, key), o, u, true)
         else
             head, nx, retry = h1_exchange(sock, o, u)
@@ -568,8 +572,8 @@ local function check_opts(t)
 end
 
 -- k.http.request{method=, url=, headers=, body=, timeout=, connect_timeout=, read_timeout=,
--- max_body=, redirects=, stream=, decode=, verify=, cafile=, http2=, deny_private=, pool_size=,
--- keepalive=}
+-- max_body=, redirects=, stream=, decode=, verify=, cafile=, http2=, h2c=, deny_private=,
+-- pool_size=, keepalive=}
 -- -> res | nil, reason
 function M.request(t)
     check_opts(t)
@@ -585,6 +589,7 @@ function M.request(t)
         verify = t.verify ~= false,
         cafile = t.cafile,
         http2 = t.http2 ~= false,
+        h2c = t.h2c and true or false,
         deny_private = t.deny_private and true or false,
         keepalive_ms = t.keepalive and t.keepalive * 1000 or LIM.socket_keepalive_ms,
         pool_size = t.pool_size and floor(t.pool_size) or LIM.socket_pool_size,

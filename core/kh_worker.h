@@ -2,7 +2,8 @@
  * thread of its own (kh_worker_start) or on the caller's (kh_worker_load_here, then
  * kh_worker_run_here: main runs worker 0 itself, which saves a thread start at start-up).
  * Owns:  everything it touches (style.md §2): loop, router, app state, buffer cache, stream pool,
- *        timeout queues, the flush list, the access-log buffer.
+ *        timeout queues, the flush list, the access-log buffer, its outbound connections'
+ *        registry (kh_out.h: keep-alive pool, DNS cache; closed when it stops).
  * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
  *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt).
  * Out:   a load result to main (kh_worker_wait_ready); served connections; its watchdog view

@@ -496,9 +496,10 @@ describe("k.socket", function()
             assert.are.equal("closed", t[6])
         end)
 
-    it("a client that leaves cancels the wait and closes the socket", function()
+    for _, proto in ipairs { "h1", "h2c" } do
+    it("a client that leaves cancels the wait and closes the socket (" .. proto .. ")", function()
         local before = select(2, events(peer):gsub("mute%-closed", ""))
-        local res = srv:request { path = "/hang", timeout = 0.5 }
+        local res = srv:request { path = "/hang", timeout = 0.5, proto = proto }
         assert.is_not.equal(200, res.status)
         local closed = server.wait_until(10, function()
             return select(2, events(peer):gsub("mute%-closed", "")) > before
@@ -510,6 +511,7 @@ describe("k.socket", function()
         end, 0.05)
         assert.truthy(st, "a socket stayed open: " .. require("cjson").encode(get_json("/stats")))
     end)
+    end
 
     it("works in timer and subscriber callbacks", function()
         assert.are.same({ "timer", "subscriber" }, get_json("/callbacks"))

@@ -1213,6 +1213,8 @@ const char *kh_out_alpn(const kh_out *o)
 
 int kh_out_peer(const kh_out *o, char *ip, size_t iplen, int *port)
 {
+    if (o->state != S_OPEN) /* a waiter has no socket yet; a closed one none any more */
+        return UV_ENOTCONN;
     struct sockaddr_storage ss;
     int len = sizeof ss;
     int r = uv_tcp_getpeername(&o->tcp, (struct sockaddr *)&ss, &len);
@@ -1232,7 +1234,7 @@ int kh_out_peer(const kh_out *o, char *ip, size_t iplen, int *port)
 
 int kh_out_setopt(kh_out *o, const char *name, int value)
 {
-    if (o->state == S_CLOSED)
+    if (o->state != S_OPEN)
         return UV_ENOTCONN;
     if (strcmp(name, "tcp-nodelay") == 0)
         return uv_tcp_nodelay(&o->tcp, value);

@@ -10,9 +10,10 @@
  * In:    calls on the worker's thread; socket events, timer expiry, DNS answers.
  * Out:   the operation's callback, once, with 0 or an error code; never from inside a kh_out_*
  *        call (those return "done now" instead), so a caller that yields can tell the two apart.
- * Never: blocks (names resolve through kh_dns, connect is non-blocking); reads when no read
- *        operation waits (TCP backpressure, except an idle pooled connection, which is read
- *        only to notice that the peer closed it); lets a uv handle of its own keep a stopping
+ * Never: blocks (names resolve through kh_dns, connect is non-blocking); buffers more than
+ *        64 KiB of input nobody asked for (between operations reading stays on up to that, then
+ *        TCP pushes back; an idle pooled connection is read only to notice that the peer
+ *        closed it, or over TLS to take session tickets); lets a uv handle of its own keep a stopping
  *        worker's loop alive (they are unref'd: whoever waits on them is a request, a timer or
  *        a pool entry, each of which has its own end); shares anything with another worker.
  *

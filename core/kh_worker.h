@@ -3,7 +3,8 @@
  * kh_worker_run_here: main runs worker 0 itself, which saves a thread start at start-up).
  * Owns:  everything it touches (style.md §2): loop, its app instances (kh_app.h: the current one,
  *        and the retired ones still in use after a reload), buffer cache, stream pool, timeout
- *        queues, the flush list, the access-log buffer.
+ *        queues, the flush list, the access-log buffer, its outbound connections' registry
+ *        (kh_out.h: keep-alive pool, DNS cache; closed when it stops).
  * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
  *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt) and
  *        reload requests (kh_worker_reload_all: a worker-level mailbox message).

@@ -290,6 +290,19 @@ k.get("/callbacks", function()
     return r(from_timer, from_sub)
 end)
 
+k.get("/user_coroutine", function()
+    local lines = coroutine.wrap(function()
+        local s = k.socket.tcp()
+        assert(s:connect("127.0.0.1", P.echo))
+        s:send("a\nb\n")
+        coroutine.yield(s:receive())
+        coroutine.yield(s:receive())
+        s:close()
+    end)
+    local ok, first, second = pcall(function() return lines(), lines() end)
+    return r(ok, first, second)
+end)
+
 k.get("/pool_thread", function()
     local ok, err = pcall(k.blocking, function() return require("khamsin.socket") ~= nil end)
     return r(ok, tostring(err))
@@ -483,9 +496,10 @@ describe("k.socket", function()
             assert.are.equal("closed", t[6])
         end)
 
-    it("a client that leaves cancels the wait and closes the socket", function()
+    for _, proto in ipairs { "h1", "h2c" } do
+    it("a client that leaves cancels the wait and closes the socket (" .. proto .. ")", function()
         local before = select(2, events(peer):gsub("mute%-closed", ""))
-        local res = srv:request { path = "/hang", timeout = 0.5 }
+        local res = srv:request { path = "/hang", timeout = 0.5, proto = proto }
         assert.is_not.equal(200, res.status)
         local closed = server.wait_until(10, function()
             return select(2, events(peer):gsub("mute%-closed", "")) > before
@@ -497,9 +511,14 @@ describe("k.socket", function()
         end, 0.05)
         assert.truthy(st, "a socket stayed open: " .. require("cjson").encode(get_json("/stats")))
     end)
+    end
 
     it("works in timer and subscriber callbacks", function()
         assert.are.same({ "timer", "subscriber" }, get_json("/callbacks"))
+    end)
+
+    it("waits inside the app's own coroutines (coroutine.wrap) and pcall", function()
+        assert.are.same({ true, "a", "b" }, get_json("/user_coroutine"))
     end)
 
     it("is refused in a k.blocking pool thread with a clear error", function()

@@ -156,6 +156,22 @@ function k.sign(key, value) end
 ---@return string?
 function k.unsign(key, signed) end
 
+--- Middleware for every request (under `prefix`), matched or not, in declaration order, before
+--- the handler. `fn` answers (returns as a handler does), changes `res`, or `return next()`.
+---@param prefix string|fun(req: khamsin.Request, res: khamsin.Response, next: fun(): any, ...): any
+---@param fn? fun(req: khamsin.Request, res: khamsin.Response, next: fun(): any, ...): any
+function k.use(prefix, fn) end
+
+--- Replaces the engine's page for `status` (400-599, or "*"): `fn` returns as a handler does.
+---@param status integer|"*"
+---@param fn fun(req: khamsin.Request, res: khamsin.Response, err: {status: integer, message: any, traceback: string?}): any, any?, any?
+function k.on_error(status, fn) end
+
+--- A CORS middleware for `k.use`; preflights are answered 204 and never reach a handler.
+---@param opts {origins: "*"|string[]|fun(origin: string, req: khamsin.Request): boolean, methods: string|string[]|nil, headers: string|string[]|nil, expose: string|string[]|nil, credentials: boolean?, max_age: integer?}
+---@return fun(req: khamsin.Request, res: khamsin.Response, next: fun(): any): any
+function k.cors(opts) end
+
 ---@class khamsin.log
 local log = {}
 
@@ -212,6 +228,7 @@ function json.is_array(t) end
 ---@field scheme string "https" on a TLS connection, else "http"
 ---@field id string the request id (X-Request-Id)
 ---@field cookies table<string, string> the Cookie header, parsed
+---@field route string? the matched route's pattern ("/users/:id"); nil when no route matched
 local Request = {}
 
 --- The whole body (waits for it).
@@ -238,6 +255,25 @@ function Response:defer(opts) end
 ---@param value string
 ---@param opts? {path: string?, domain: string?, max_age: integer?, expires: integer?, secure: boolean?, http_only: boolean?, same_site: "Strict"|"Lax"|"None"|nil}
 function Response:set_cookie(name, value, opts) end
+
+--- Sets Location and the status (302 by default); `return res:redirect(url)`.
+---@param url string
+---@param status? 300|301|302|303|307|308
+---@return integer status
+---@return nil
+function Response:redirect(url, status) end
+
+--- Sets ETag (`"value"`, or `W/"value"` when weak); 304 for a matching conditional GET/HEAD,
+--- 412 at once for another method whose If-Match / If-None-Match fails.
+---@param value string
+---@param weak? boolean
+---@return string etag
+function Response:etag(value, weak) end
+
+--- Sets Last-Modified from seconds since the epoch; 304 / 412 as for `res:etag`.
+---@param time number
+---@return integer
+function Response:last_modified(time) end
 
 ---@class khamsin.Deferred
 ---@field id string "<worker>:<generation>:<n>", for `k.resolve`

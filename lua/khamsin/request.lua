@@ -65,6 +65,18 @@ local headers_mt = {
 
 local fields = {}
 
+-- route ref -> pattern ("/users/:id"), filled by khamsin.lua as routes are declared
+M.patterns = {}
+
+-- req.route: the pattern of the route that matched, or nil (a request no route answers, seen
+-- by middleware and error handlers)
+function fields.route(req)
+    local ref = core.route_of(rawget(req, "_s"), rawget(req, "_g"))
+    local p = ref and M.patterns[ref]
+    if p then rawset(req, "route", p) end
+    return p
+end
+
 -- req.path is the normal form the router matched (dot segments removed, "//" merged, unreserved
 -- escapes decoded; core/kh_path.h); req.target is the request-target as sent.
 local function load_head(req)

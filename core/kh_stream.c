@@ -55,6 +55,7 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
     s->app_data = NULL;
     s->app_wait = 0;
     s->app_defer = NULL;
+    s->inst = NULL;
     s->body_limit = w->limits->body_bytes;
     s->start_ms = uv_now(&w->loop);
     return s;
@@ -70,6 +71,10 @@ void kh_stream_release(kh_stream *s)
     if (--s->refs > 0)
         return;
     kh_worker *w = s->worker;
+    if (s->inst) {
+        kh_app_inst_release(s->inst);
+        s->inst = NULL;
+    }
     free(s->arena);
     s->arena = NULL;
     kh_buf_release(&s->body, &w->bufs);
@@ -152,11 +157,23 @@ int kh_stream_expect_body(kh_stream *s, int64_t length)
     return 0;
 }
 
+/* The app state a stream's calls go to: its instance's, or the worker's for a worker-shaped
+ * test harness that has no instances. app_gone: its instance is closed (the worker stops). */
+static void *stream_app(kh_stream *s)
+{
+    return s->inst ? s->inst->app : s->worker->app;
+}
+
+static int app_gone(kh_stream *s)
+{
+    return s->inst && s->inst->closed;
+}
+
 static void notify_body(kh_stream *s)
 {
-    if ((s->flags & KH_STREAM_F_APP) && s->app_wait) {
+    if ((s->flags & KH_STREAM_F_APP) && s->app_wait && !app_gone(s)) {
         kh_worker *w = s->worker;
-        w->cfg->app->on_body(w->app, s);
+        w->cfg->app->on_body(stream_app(s), s);
     }
 }
 
@@ -207,7 +224,7 @@ void kh_stream_on_head(kh_stream *s)
     }
     kh_route_match m;
     m.num_params = 0;
-    kh_router_match(w->router, s->method, s->path, &m);
+    kh_router_match(w->inst ? w->inst->router : w->router, s->method, s->path, &m);
     if (m.status == 400) {
         kh_stream_respond_error(s, 400, "a path parameter holds a '..' segment", 0);
         return;
@@ -228,7 +245,11 @@ void kh_stream_on_head(kh_stream *s)
     memcpy(s->params, m.params, m.num_params * sizeof m.params[0]);
     s->flags |= KH_STREAM_F_APP;
     kh_stream_retain(s);
-    w->cfg->app->dispatch(w->app, s);
+    if (w->inst) {
+        s->inst = w->inst;
+        kh_app_inst_retain(s->inst);
+    }
+    w->cfg->app->dispatch(stream_app(s), s);
 }
 
 void kh_stream_on_reset(kh_stream *s, int err)
@@ -239,9 +260,9 @@ void kh_stream_on_reset(kh_stream *s, int err)
     s->proto = NULL;
     if (s->body_state == KH_BODY_READING)
         s->body_state = KH_BODY_ABORTED;
-    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED)) {
+    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED) && !app_gone(s)) {
         kh_worker *w = s->worker;
-        w->cfg->app->on_abort(w->app, s);
+        w->cfg->app->on_abort(stream_app(s), s);
     }
     kh_stream_release(s); /* the protocol's ref */
 }

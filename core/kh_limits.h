@@ -50,7 +50,11 @@
     X(compress_min_bytes, 1024, 0, 1073741824, "smallest body compressed (streamed bodies always are)") \
     X(compress_gzip_level, 5, 1, 9, "gzip level (zlib)")                                          \
     X(compress_br_level, 4, 0, 11, "br quality (libbrotlienc)")                                   \
-    X(compress_zstd_level, 3, 1, 19, "zstd level (libzstd)") \
+    X(compress_zstd_level, 3, 1, 19, "zstd level (libzstd)")                                      \
+    X(form_fields, 1000, 1, 10000000, "max fields in a req:form() body (400)")                    \
+    X(multipart_parts, 100, 1, 10000000, "max parts in a req:multipart() body (400)")             \
+    X(multipart_header_bytes, 8192, 64, 1048576, "max bytes of one multipart part's header block (400)") \
+    X(multipart_part_bytes, 8388608, 1, 1099511627776ULL, "max bytes of one multipart part (400)") \
     X(outbound_sockets, 1024, 1, 1000000, "open outbound sockets (k.socket) per worker, idle pooled ones included (then the oldest idle one closes, or connect fails)") \
     X(outbound_pool, 256, 0, 1000000, "idle keep-alive outbound sockets per worker (then the oldest closes)") \
     X(socket_pool_size, 30, 1, 100000, "default pool size per host and port for sock:setkeepalive()") \

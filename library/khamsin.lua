@@ -58,6 +58,13 @@ function k.any(path, handler) end
 ---@param handler khamsin.Handler
 function k.route(method, path, handler) end
 
+--- Serves the files under `dir` at `prefix` (GET and HEAD): types, ETag/304, ranges, index,
+--- precompressed siblings; a path never leaves `dir`. Declared while the script loads.
+---@param prefix string
+---@param dir string
+---@param opts? {index: string|false|nil, follow_symlinks: boolean?, dotfiles: boolean?, precompressed: boolean?, max_bytes: integer?, cache_control: string?}
+function k.static(prefix, dir, opts) end
+
 --- Raises an error that answers `status` with `message` (a table is sent as JSON); not logged.
 ---@param status khamsin.Status
 ---@param message? string|table
@@ -239,6 +246,47 @@ function Request:body() end
 ---@param max_depth? integer
 ---@return any
 function Request:json(max_depth) end
+
+--- An application/x-www-form-urlencoded body as a table (a repeated name gives a list); 400
+--- for a malformed body or more than `max_fields` fields, 415 for another Content-Type.
+---@param opts? {max_fields: integer?}
+---@return table<string, string|string[]>
+function Request:form(opts) end
+
+--- A multipart/form-data body, read part by part (400 for a malformed body or past a limit).
+---@param opts? {max_parts: integer?, max_header_bytes: integer?, max_part_bytes: integer?, max_total_bytes: integer?, files: "memory"|"disk"|nil, tmp_dir: string?}
+---@return khamsin.Multipart
+function Request:multipart(opts) end
+
+---@class khamsin.Multipart
+local Multipart = {}
+
+--- The next part (after its headers; the rest of the current one is skipped), or nil.
+---@return khamsin.Part?
+function Multipart:part() end
+
+--- `for part in reader:parts() do ... end`
+---@return fun(): khamsin.Part?
+function Multipart:parts() end
+
+--- Every part: `{fields = {name = value}, files = {name = {filename, content_type, headers, size, data|path}}}`.
+---@return {fields: table<string, string|string[]>, files: table<string, table>}
+function Multipart:all() end
+
+---@class khamsin.Part
+---@field name string
+---@field filename string?
+---@field content_type string?
+---@field headers table<string, string> lower-case names
+local Part = {}
+
+--- The part's next chunk of data, or nil at its end.
+---@return string?
+function Part:read() end
+
+--- The part's remaining data as one string.
+---@return string
+function Part:data() end
 
 ---@class khamsin.Response
 ---@field status khamsin.Status default 200

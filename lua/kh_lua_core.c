@@ -454,6 +454,8 @@ static int open_core(lua_State *L)
     kh__lua_open_http(L, K);
     kh__lua_open_json(L);
     kh__lua_open_sign(L);
+    kh__lua_open_multipart(L, K);
+    kh__lua_open_fs(L, K);
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);

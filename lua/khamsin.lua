@@ -79,6 +79,9 @@ function k.route(method, path, fn)
     add("k.route", method, path, fn)
 end
 
+-- Files under dir served at prefix (khamsin.static has the rules).
+function k.static(prefix, dir, opts) require("khamsin.static").register(k, prefix, dir, opts) end
+
 function k.worker_id() return core.worker_id() end
 function k.workers() return core.workers() end
 function k.now() return core.now() end
@@ -377,6 +380,7 @@ function k._run(handler, s, gen)
     local req, res = new_req(s, gen), new_res(s, gen)
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
+    if rawget(req, "_tmpfiles") then request.cleanup(req) end -- req:multipart's temp files
 end
 
 -- With middleware or error handlers: the chain (khamsin.middleware), and errors through k.on_error.

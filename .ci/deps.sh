@@ -12,6 +12,8 @@ if [ "$what" = test ] || [ "$what" = bench ]; then
   pkgs+=(lua-busted lua-socket lua-sec luarocks lua5.1 clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh nginx python3-brotli zstd)
   # spec/h3_spec.lua: gtlsclient (HTTP/3 interop) and headless Chromium
   pkgs+=(ngtcp2-client chromium)
+  # spec/redis_spec.lua: a real redis-server, and redis-lua (luasocket API) run on k.socket
+  pkgs+=(redis-server lua-redis)
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps slowhttptest)

@@ -56,7 +56,21 @@
     X(multipart_header_bytes, 8192, 64, 1048576, "max bytes of one multipart part's header block (400)") \
     X(multipart_part_bytes, 8388608, 1, 1099511627776ULL, "max bytes of one multipart part (400)") \
     X(h3_max_streams, 100, 1, 10000, "HTTP/3 request streams a peer may open at once (QUIC initial_max_streams_bidi)") \
-    X(h3_retry_above, 1000, 0, 10000000, "connections open on a worker above which a new QUIC client must first prove its address with a Retry (0: always)")
+    X(h3_retry_above, 1000, 0, 10000000, "connections open on a worker above which a new QUIC client must first prove its address with a Retry (0: always)") \
+    X(outbound_sockets, 1024, 1, 1000000, "open outbound sockets (k.socket) per worker, idle pooled ones included (then the oldest idle one closes, or connect fails)") \
+    X(outbound_pool, 256, 0, 1000000, "idle keep-alive outbound sockets per worker (then the oldest closes)") \
+    X(socket_pool_size, 30, 1, 100000, "default pool size per host and port for sock:setkeepalive()") \
+    X(socket_keepalive_ms, 60000, 0, 86400000, "default idle time of a pooled outbound socket (0: no limit)") \
+    X(socket_connect_timeout_ms, 60000, 1, 86400000, "default k.socket connect timeout (resolve, connect, TLS handshake)") \
+    X(socket_send_timeout_ms, 60000, 1, 86400000, "default k.socket send timeout") \
+    X(socket_read_timeout_ms, 60000, 1, 86400000, "default k.socket receive timeout") \
+    X(socket_buffer_bytes, 16777216, 1024, 1099511627776ULL, "max bytes one k.socket receive may buffer") \
+    X(dns_cache_ms, 10000, 0, 3600000, "how long a worker reuses a resolved host name (0: no cache)") \
+    X(http_client_header_bytes, 16384, 256, 1048576, "max bytes of a k.http response head") \
+    X(http_client_header_fields, 100, 4, 10000, "max header fields in a k.http response head") \
+    X(http_client_body_bytes, 8388608, 0, 1099511627776ULL, "default max_body of a k.http response (after decoding)") \
+    X(http_client_timeout_ms, 60000, 1, 86400000, "default timeout of a whole k.http request (redirects included)") \
+    X(http_client_redirects, 5, 0, 100, "default number of redirects k.http follows")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

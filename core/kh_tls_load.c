@@ -1,11 +1,14 @@
 /* kh_tls_load.c: kh_tls.h in the binary: loads khamsin-tls.so on first use and forwards every
  * call to it (see kh_tls_module.h for why TLS lives in a module).
- * Owns:  the module handle and its table (set once on the main thread, in kh_tls_ctx_new, before
- *        any worker starts; read-only afterwards, so workers read them without a lock).
+ * Owns:  the module handle and its table: set once, under load_mu, either on the main thread
+ *        (kh_tls_ctx_new, before any worker starts) or by the first worker that makes an
+ *        outbound TLS connection (kh_tls_client_new: the module is then loaded even when the
+ *        server has no TLS listener). Read-only afterwards: a worker reads it without a lock
+ *        once its own kh_tls_client_new (which takes load_mu) has seen it set.
  * In:    kh_tls.h calls from main.c and kh_conn.c.
  * Out:   the same calls into the module; a message naming every path tried when it cannot load.
- * Never: loads the module for a server without a TLS listener (nothing here runs before
- *        kh_tls_ctx_new); unloads it (OpenSSL registers atexit handlers).
+ * Never: loads the module for a server without a TLS listener until the app makes a TLS
+ *        connection; unloads it (OpenSSL registers atexit handlers).
  * Where the module is looked for, first match wins:
  *   1. $KHAMSIN_TLS_MODULE, a path to the file (then nothing else is tried);
  *   2. next to the binary: dirname(/proc/self/exe)/khamsin-tls.so (the build tree);
@@ -16,6 +19,7 @@
  * kh_tls.h interface the rest of core calls, unchanged whether TLS is built in or loaded. */
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +36,7 @@
 #endif
 
 static const kh_tls_module_vt *tls;
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Opens one candidate. Returns 1 when loaded, 0 when the file cannot be opened (err gets why,
  * the caller tries the next path), -1 when it opened but is not a module we can use. */
@@ -63,7 +68,7 @@ static int try_load(const char *path, char *err, size_t errlen)
 }
 
 /* 0 when the module is loaded; -1 with a message naming every path tried. */
-static int load(char *err, size_t errlen)
+static int load_locked(char *err, size_t errlen)
 {
     if (tls)
         return 0;
@@ -107,6 +112,14 @@ static int load(char *err, size_t errlen)
              "khamsin target builds it), install it, or set KHAMSIN_TLS_MODULE to its path",
              KH_TLS_MODULE_FILE, tried);
     return -1;
+}
+
+static int load(char *err, size_t errlen)
+{
+    pthread_mutex_lock(&load_mu);
+    int r = load_locked(err, errlen);
+    pthread_mutex_unlock(&load_mu);
+    return r;
 }
 
 kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
@@ -168,4 +181,49 @@ void kh_tls_pem_free(char *p, size_t len)
 {
     if (p)
         tls->pem_free(p, len);
+}
+
+/* ---- the client side (kh_tls_client.h), from any worker ---- */
+
+kh_tls_client *kh_tls_client_new(const kh_tls_client_opts *o, char *err, size_t errlen)
+{
+    if (load(err, errlen) != 0)
+        return NULL;
+    return tls->client_new(o, err, errlen);
+}
+
+void kh_tls_client_free(kh_tls_client *c)
+{
+    if (c)
+        tls->client_free(c);
+}
+
+void kh_tls_client_feed(kh_tls_client *c, const char *p, size_t n)
+{
+    tls->client_feed(c, p, n);
+}
+
+int kh_tls_client_handshake(kh_tls_client *c, char *err, size_t errlen)
+{
+    return tls->client_handshake(c, err, errlen);
+}
+
+int kh_tls_client_read(kh_tls_client *c, char *out, size_t cap)
+{
+    return tls->client_read(c, out, cap);
+}
+
+int kh_tls_client_write(kh_tls_client *c, const char *p, size_t n)
+{
+    return tls->client_write(c, p, n);
+}
+
+size_t kh_tls_client_pending(kh_tls_client *c, char *out, size_t cap)
+{
+    return tls->client_pending(c, out, cap);
+}
+
+const char *kh_tls_client_alpn(kh_tls_client *c)
+{
+    return tls->client_alpn(c);
 }

@@ -30,6 +30,14 @@ static const kh_tls_module_vt vt = {
     .established = kh_tls_established,
     .ctx_export_pem = kh_tls_ctx_export_pem,
     .pem_free = kh_tls_pem_free,
+    .client_new = kh_tls_client_new,
+    .client_free = kh_tls_client_free,
+    .client_feed = kh_tls_client_feed,
+    .client_handshake = kh_tls_client_handshake,
+    .client_read = kh_tls_client_read,
+    .client_write = kh_tls_client_write,
+    .client_pending = kh_tls_client_pending,
+    .client_alpn = kh_tls_client_alpn,
 };
 
 KH_EXPORT const kh_tls_module_vt *kh_tls_module_get(void);

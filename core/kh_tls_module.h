@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kh_tls.h"
+#include "kh_tls_client.h"
 
 #define KH_TLS_MODULE_ABI 2
 #define KH_TLS_MODULE_ENTRY "kh_tls_module_get"
@@ -41,6 +42,15 @@ typedef struct kh_tls_module_vt {
     int (*ctx_export_pem)(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
                           size_t *key_len);
     void (*pem_free)(char *p, size_t len);
+    /* the client side, for outbound connections (kh_tls_client.h; added in ABI 2) */
+    kh_tls_client *(*client_new)(const kh_tls_client_opts *o, char *err, size_t errlen);
+    void (*client_free)(kh_tls_client *c);
+    void (*client_feed)(kh_tls_client *c, const char *p, size_t n);
+    int (*client_handshake)(kh_tls_client *c, char *err, size_t errlen);
+    int (*client_read)(kh_tls_client *c, char *out, size_t cap);
+    int (*client_write)(kh_tls_client *c, const char *p, size_t n);
+    size_t (*client_pending)(kh_tls_client *c, char *out, size_t cap);
+    const char *(*client_alpn)(kh_tls_client *c);
 } kh_tls_module_vt;
 
 typedef const kh_tls_module_vt *(*kh_tls_module_entry_fn)(void);

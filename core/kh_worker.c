@@ -23,6 +23,7 @@
 #include "kh_err.h"
 #include "kh_h3_module.h"
 #include "kh_log.h"
+#include "kh_out.h"
 #include "kh_reqid.h"
 #include "kh_router.h"
 #include "kh_stream.h"
@@ -553,6 +554,7 @@ static void finish_stop(kh_worker *w)
     close_all(w);
     kh_accept_close(w);
     kh_h3_worker_close(w); /* its connections were closed just above */
+    kh_out_reg_close(w); /* idle pooled outbound connections; busy ones close with their owner */
     if (!uv_is_closing((uv_handle_t *)&w->flush_prepare)) {
         /* one last flush for anything queued */
         flush_cb(&w->flush_prepare);
@@ -659,8 +661,10 @@ static void worker_loop(kh_worker *w, int loaded)
         inst_close(w, in);
     w->app = NULL;
     /* close whatever the app left (its timers) and drain */
+    kh_out_reg_close(w);
     close_all(w);
     uv_run(&w->loop, UV_RUN_DEFAULT);
+    kh_out_reg_free(w);
 }
 
 static void worker_main(void *arg)

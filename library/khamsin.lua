@@ -18,6 +18,8 @@
 ---@class khamsin
 ---@field log khamsin.log the error log
 ---@field json khamsin.json JSON encoding and decoding
+---@field socket khamsin.socket outbound TCP/TLS sockets that yield instead of blocking (luasocket's API)
+---@field http khamsin.http an HTTP client (HTTP/1.1 keep-alive, HTTP/2 over TLS) that yields instead of blocking
 local k = {}
 
 --- A GET route (it answers HEAD too). `:name` is one segment, a last `*name` the rest.
@@ -407,6 +409,164 @@ function SharedDict:flush_all() end
 ---@return integer bytes_used
 ---@return integer budget
 function SharedDict:stats() end
+
+---@class khamsin.socket
+local socket = {}
+
+--- A TCP socket (not connected) whose waits yield the coroutine. In handlers, timers and
+--- subscribers only: raises while the script loads; refused in k.blocking pool threads.
+---@return khamsin.Socket
+function socket.tcp() end
+
+--- This worker's outbound counters: open, idle, connects, reuses, evicted, dns_hits,
+--- dns_lookups, max_open, max_idle.
+---@return table
+function socket.stats() end
+
+--- A stand-in for luasocket's `socket` module (`package.loaded.socket = k.socket.luasocket()`):
+--- tcp, connect, gettime, sleep, select (one socket), dns, try/protect/newtry/skip.
+---@param opts? table connect options every socket made through it gets ({pool_size=, backlog=})
+---@return table
+function socket.luasocket(opts) end
+
+--- Resolves a host name without blocking (the worker's DNS cache first).
+---@param host string
+---@return string[]? ips
+---@return string? err
+function socket.resolve(host) end
+
+--- Loads the TLS module and the CA store now (call it while the script loads), not in the
+--- first TLS connection's slice (~50-150 ms once per process).
+---@param opts? {cafile?: string, verify?: boolean}
+---@return boolean? ok
+---@return string? err
+function socket.tls_preload(opts) end
+
+---@class khamsin.http
+local http = {}
+
+--- An HTTP request whose waits yield the coroutine. url: http:// or https://. method: default
+--- GET (POST with a body). timeout (s, default http_client_timeout_ms): the whole request,
+--- redirects included; connect_timeout, read_timeout (s): each connect / each read.
+--- max_body (bytes after decoding, default http_client_body_bytes); redirects (default
+--- http_client_redirects, 0: none followed). stream = true: res.body is nil, read with
+--- res:reader(). decode = false: no Accept-Encoding, no gzip/zstd decoding. verify (default
+--- true), cafile: the TLS certificate check. http2 = false: HTTP/1.1 only over TLS.
+--- h2c = true: HTTP/2 with prior knowledge on an http:// URL.
+--- deny_private: refuse hosts that resolve to private/loopback addresses. pool_size (default
+--- socket_pool_size), keepalive (idle seconds, default socket_keepalive_ms): the origin's pool.
+--- Network and protocol failures return nil, reason ("timeout", "connection refused",
+--- "closed mid-body", "tls: certificate verify failed: ...", "too many redirects", ...).
+---@param opts {url: string, method?: string, headers?: table<string, string|string[]>, body?: string, timeout?: number, connect_timeout?: number, read_timeout?: number, max_body?: integer, redirects?: integer, stream?: boolean, decode?: boolean, verify?: boolean, cafile?: string, http2?: boolean, h2c?: boolean, deny_private?: boolean, pool_size?: integer, keepalive?: number}
+---@return khamsin.HttpResponse? res
+---@return string? err
+function http.request(opts) end
+
+--- k.http.request with method GET and url.
+---@param url string
+---@param opts? table the options of k.http.request
+---@return khamsin.HttpResponse? res
+---@return string? err
+function http.get(url, opts) end
+
+---@class khamsin.HttpResponse
+---@field status integer
+---@field reason string the reason phrase ("" over HTTP/2)
+---@field headers table<string, string> case-insensitive; repeated fields joined with ", "
+---@field body string? nil with stream = true
+---@field version string "1.1", "1.0" or "2"
+---@field url string the URL that answered (after redirects)
+---@field decoded string|false the Content-Encoding that was decoded, or false
+local HttpResponse = {}
+
+--- The body piece by piece: each call returns the next chunk, nil at the end, or nil, reason.
+---@return fun(): string?, string?
+function HttpResponse:reader() end
+
+---@class khamsin.Socket
+local Socket = {}
+
+--- Connects (or takes a parked connection of the same host, port and options from the pool).
+---@param host string
+---@param port integer
+---@param opts? {pool?: string, pool_size?: integer, backlog?: integer, deny_private?: boolean, tls?: table}
+---@return integer? ok 1
+---@return string? err "connection refused", "timeout", "host not found", ...
+function Socket:connect(host, port, opts) end
+
+--- TLS on the connected socket: verify (default true) against the system store or cafile,
+--- server_name for SNI and the name check, alpn a list of protocols.
+---@param opts {server_name?: string, verify?: boolean, cafile?: string, alpn?: string[]|string}
+---@return integer? ok
+---@return string? err "tls: certificate verify failed: ..."
+function Socket:tls(opts) end
+
+--- OpenResty's form of tls(); verify defaults to true here.
+---@return boolean? ok
+---@return string? err
+function Socket:sslhandshake(reused_session, server_name, verify) end
+
+--- The protocol ALPN chose, or nil.
+---@return string?
+function Socket:alpn() end
+
+--- How many times this connection came from the pool (0: new).
+---@return integer
+function Socket:getreusedtimes() end
+
+---@param data string|number|string[]
+---@param i? integer
+---@param j? integer
+---@return integer? last index sent
+---@return string? err
+---@return integer? last index sent before the error
+function Socket:send(data, i, j) end
+
+--- "*l" (default: a line, CR/LF dropped), "*a" (until closed) or a byte count.
+---@param pattern? string|integer
+---@param prefix? string
+---@return string? data
+---@return string? err "closed", "timeout"
+---@return string? partial what arrived before the error
+function Socket:receive(pattern, prefix) end
+
+--- Whatever has arrived: at least 1 byte, at most max.
+---@param max integer
+---@return string? data
+---@return string? err
+function Socket:receiveany(max) end
+
+--- Seconds for every operation (nil or < 0: none), luasocket's unit.
+---@param seconds? number
+function Socket:settimeout(seconds) end
+
+--- Milliseconds (OpenResty's unit); nil keeps one.
+---@param connect_ms? number
+---@param send_ms? number
+---@param read_ms? number
+function Socket:settimeouts(connect_ms, send_ms, read_ms) end
+
+--- Parks the connection in the worker's pool (milliseconds; 0: no idle limit).
+---@param idle_ms? number default socket_keepalive_ms
+---@param pool_size? integer default socket_pool_size
+---@return integer? ok
+---@return string? err
+function Socket:setkeepalive(idle_ms, pool_size) end
+
+---@return integer ok
+function Socket:close() end
+
+--- Half-close: no more sends.
+function Socket:shutdown() end
+
+---@return string? ip
+---@return integer|string port_or_err
+function Socket:getpeername() end
+
+--- "tcp-nodelay" or "keepalive".
+---@param name string
+---@param value boolean
+function Socket:setoption(name, value) end
 
 ---@class khamsin.Timer
 local Timer = {}

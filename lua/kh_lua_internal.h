@@ -22,7 +22,8 @@
 #include "kh_worker.h"
 
 /* What a yielded coroutine waits for: its single wait slot (style.md §4). */
-enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3, KH_WAIT_FS = 4 };
+enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3, KH_WAIT_FS = 4,
+       KH_WAIT_SOCKET = 5 };
 
 /* Mailbox message types (kh_chan_msg.type). */
 enum { KH_MSG_JOB = 1, KH_MSG_PUBLISH = 2, KH_MSG_RESOLVE = 3 };
@@ -58,6 +59,7 @@ typedef struct kh_lua_co {
     kh_lua_timer *timer; /* KH_WAIT_SLEEP */
     kh_lua_job *job;     /* KH_WAIT_POOL */
     kh_lua_fsreq *fs;    /* KH_WAIT_FS (kh_lua_fs.c) */
+    struct lsock *sock;  /* KH_WAIT_SOCKET (kh_lua_socket.c) */
     const char *what;    /* for the slow-slice log when there is no stream: "timer", ... */
 } kh_lua_co;
 
@@ -109,6 +111,10 @@ void kh__lua_open_core(lua_State *L, kh_lua *K);
 void kh__lua_open_wait(lua_State *L, kh_lua *K);
 /* Adds k.shared's functions to the core table on top of the stack. */
 void kh__lua_open_shared(lua_State *L, kh_lua *K);
+/* kh_lua_socket.c: k.socket's raw functions (socket_*) into the core table on top of the
+ * stack; the abort of a socket wait (closes the socket). */
+void kh__lua_open_socket(lua_State *L, kh_lua *K);
+void kh__lua_socket_abort(kh_lua *K, kh_lua_co *c);
 /* kh_lua_sign.c: core.sign, core.unsign (k.sign, k.unsign) */
 void kh__lua_open_sign(lua_State *L);
 /* kh_lua_multipart.c: core.mp_new (req:multipart's parser), core.limit */

@@ -112,6 +112,7 @@ kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s)
     c->timer = NULL;
     c->job = NULL;
     c->fs = NULL;
+    c->sock = NULL;
     c->what = NULL;
     c->ready_next = NULL;
     live_link(K, c);

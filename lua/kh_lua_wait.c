@@ -354,6 +354,9 @@ void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c)
     case KH_WAIT_FS:
         kh__lua_fs_abandon(c);
         break;
+    case KH_WAIT_SOCKET:
+        kh__lua_socket_abort(K, c);
+        break;
     default:
         break;
     }

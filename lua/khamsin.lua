@@ -258,6 +258,16 @@ setmetatable(k, {
             rawset(t, "json", json)
             return json
         end
+        if key == "http" then -- k.http: the HTTP client (khamsin.http)
+            local http = require "khamsin.http"
+            rawset(t, "http", http)
+            return http
+        end
+        if key == "socket" then -- k.socket: outbound TCP/TLS (khamsin.socket)
+            local socket = require "khamsin.socket"
+            rawset(t, "socket", socket)
+            return socket
+        end
         if key ~= "shared_dict" and key ~= "shared" then return nil end
         local shared = require "khamsin.shared"
         rawset(t, "shared_dict", shared.declare)

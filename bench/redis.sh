@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# bench/redis.sh - Redis round trips per second of server CPU from Lua handlers (issue 14, item 5,
+# the Redis part). Each request does one SET and one GET (2 round trips) on a pooled connection:
+#   khamsin /lua-redis  Debian's lua-redis (redis-lua, written for luasocket) unchanged on k.socket
+#   khamsin /raw        a minimal RESP exchange on k.socket (bench/apps/redis_raw.lua): what
+#                       lua-redis itself costs
+#   khamsin /blocking   lua-redis on blocking luasocket in k.blocking pool threads (the way
+#                       before k.socket; the pool threads' CPU counts, they are in the process)
+#   nginx   /raw        the same RESP code on OpenResty's cosockets (lua-nginx-module), the anchor
+# Debian 12 has no lua-resty-redis package (apt-cache show lua-resty-redis: "No packages
+# found"), so OpenResty runs the same hand-written RESP exchange as khamsin's /raw.
+# Server pinned to SERVER_CORE, wrk and redis-server to WRK_CORE; server CPU from /proc/PID/stat
+# (utime+stime, all threads) over each wrk window; rounds alternate the servers.
+#
+#   bench/redis.sh                         # ~2 min; result in bench/results/redis-<stamp>.txt
+#   DURATION=3 ROUNDS=3 bench/redis.sh
+# Env: DURATION=5 ROUNDS=3 CONNS=64 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
+#      PORT=24090 REDIS_PORT=24091
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PY=/usr/bin/python3
+LIB=bench/lib/waitbench.py
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-64}
+ROUNDS=${ROUNDS:-3}
+SERVER_CORE=${SERVER_CORE:-1}
+WRK_CORE=${WRK_CORE:-0}
+PORT=${PORT:-24090}
+REDIS_PORT=${REDIS_PORT:-24091}
+KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
+KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
+STAMP=$(date +%Y%m%d-%H%M%S)
+OUT=bench/results/redis-$STAMP.txt
+TMP=$(mktemp -d /tmp/khredis.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.3;
+            for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
+  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
+fi
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+exec > >(tee "$OUT") 2>&1
+echo "# bench/redis.sh $STAMP"
+echo "# command: ${BASH_SOURCE[0]} (DURATION=$DURATION ROUNDS=$ROUNDS CONNS=$CONNS SERVER_CORE=$SERVER_CORE WRK_CORE=$WRK_CORE)"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other runs: figures are noisy, compare the ratios of one run)"
+echo "# machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uname -r)"
+echo "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD 2>/dev/null)), $(redis-server --version | cut -d' ' -f1-3), lua-redis $(dpkg-query -W -f='${Version}' lua-redis)"
+echo "# lua-resty-redis: $(apt-cache show lua-resty-redis >/dev/null 2>&1 && echo packaged || echo 'not packaged in Debian 12: OpenResty runs the same hand-written RESP code as /raw')"
+
+taskset -c "$WRK_CORE" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+  --daemonize no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+
+REDIS_PORT=$REDIS_PORT taskset -c "$SERVER_CORE" "$KHAMSIN_BIN" --workers 1 --listen "127.0.0.1:$PORT" \
+  --log-level warn --slice-warn-ms 0 --pool-threads 4 --pool-queue 1024 bench/apps/redisbench.lua \
+  >"$TMP/khamsin.log" 2>&1 &
+KPID=$!
+PIDS+=("$KPID")
+$PY $LIB ready "$PORT" / 10 || { cat "$TMP/khamsin.log"; exit 1; }
+for p in /lua-redis /raw /blocking; do
+  v=$(curl -s -m 5 "http://127.0.0.1:$PORT$p")
+  [[ $v == hello ]] || { echo "khamsin $p answered '$v'"; tail -5 "$TMP/khamsin.log"; exit 1; }
+done
+
+NGINX=0
+NPID=
+if [[ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]]; then
+  mkdir -p "$TMP/ngx"
+  user=""; [[ $(id -u) == 0 ]] && user="user root;"
+  cat >"$TMP/ngx/nginx.conf" <<NGX
+$user
+worker_processes 1;
+master_process off;
+daemon off;
+pid $TMP/ngx/nginx.pid;
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+error_log $TMP/ngx/error.log warn;
+worker_rlimit_nofile 65536;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  lua_package_path "$ROOT/bench/apps/?.lua;;";
+  lua_socket_log_errors off;
+  client_body_temp_path $TMP/ngx/cb; proxy_temp_path $TMP/ngx/px; fastcgi_temp_path $TMP/ngx/fc;
+  uwsgi_temp_path $TMP/ngx/uw; scgi_temp_path $TMP/ngx/sc;
+  server {
+    listen 127.0.0.1:$((PORT + 2));
+    location = / { content_by_lua_block { ngx.print("ok") } }
+    location = /raw { content_by_lua_block {
+      local v, err = require("redis_raw").getset(ngx.socket.tcp, $REDIS_PORT)
+      if not v then ngx.status = 500 ngx.print(err) return end
+      ngx.header["Content-Length"] = #v
+      ngx.print(v)
+    } }
+  }
+}
+NGX
+  taskset -c "$SERVER_CORE" nginx -p "$TMP/ngx/" -c "$TMP/ngx/nginx.conf" -e "$TMP/ngx/error.log" >"$TMP/ngx.out" 2>&1 &
+  NPID=$!
+  PIDS+=("$NPID")
+  if $PY $LIB ready "$((PORT + 2))" / 10 && [[ $(curl -s -m 5 "http://127.0.0.1:$((PORT + 2))/raw") == hello ]]; then
+    NGINX=1
+  else
+    echo "# nginx + lua-nginx-module did not run the /raw location: OpenResty column left out"
+    tail -5 "$TMP/ngx/error.log" "$TMP/ngx.out"
+  fi
+fi
+
+# name pid port path
+RUNS=("khamsin-lua-redis $KPID $PORT /lua-redis" "khamsin-raw $KPID $PORT /raw"
+      "khamsin-blocking $KPID $PORT /blocking")
+[[ $NGINX == 1 ]] && RUNS+=("openresty-raw $NPID $((PORT + 2)) /raw")
+
+echo
+echo "## round trips (2 per request: SET + GET) per second of server CPU; wrk -c$CONNS, ${DURATION}s windows"
+printf '%-20s %6s %10s %12s %16s %10s %8s %7s\n' server round req/s rt/s rt/cpu-s cpu_share non2xx errors
+declare -A RT
+for run in "${RUNS[@]}"; do # warm-up (JIT, pools)
+  read -r name pid port path <<<"$run"
+  $PY $LIB window "$pid" "$port" "$path" "$CONNS" 1 "$WRK_CORE" >/dev/null
+done
+for ((r = 1; r <= ROUNDS; r++)); do
+  for run in "${RUNS[@]}"; do
+    read -r name pid port path <<<"$run"
+    read -r rps cpu_us share non2xx errs < <($PY $LIB window "$pid" "$port" "$path" "$CONNS" "$DURATION" "$WRK_CORE")
+    rtcpu=$(awk -v c="$cpu_us" 'BEGIN { if (c > 0) printf "%.0f", 2 * 1e6 / c; else print 0 }')
+    RT[$name]="${RT[$name]:-} $rtcpu"
+    printf '%-20s %6s %10s %12s %16s %10s %8s %7s\n' "$name" "$r" "$rps" "$((2 * rps))" "$rtcpu" "$share" "$non2xx" "$errs"
+  done
+done
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+spread() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {printf "%s..%s", a[1], a[NR]}'; }
+echo
+echo "## medians (round trips per server CPU-second; min..max over $ROUNDS rounds)"
+for run in "${RUNS[@]}"; do
+  read -r name _ <<<"$run"
+  printf '%-20s %12s  (%s)\n' "$name" "$(echo "${RT[$name]}" | median)" "$(echo "${RT[$name]}" | spread)"
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+LR=$(echo "${RT[khamsin-lua-redis]}" | median)
+RAW=$(echo "${RT[khamsin-raw]}" | median)
+BLK=$(echo "${RT[khamsin-blocking]}" | median)
+echo
+echo "## ratios (medians)"
+echo "lua-redis on k.socket / raw RESP on k.socket:          $(ratio "$LR" "$RAW")"
+echo "lua-redis on k.socket / lua-redis in k.blocking pool:  $(ratio "$LR" "$BLK")"
+if [[ $NGINX == 1 ]]; then
+  ORR=$(echo "${RT[openresty-raw]}" | median)
+  echo "raw RESP: khamsin k.socket / OpenResty ngx.socket:     $(ratio "$RAW" "$ORR")"
+  echo "lua-redis on k.socket / OpenResty raw RESP:            $(ratio "$LR" "$ORR")"
+fi

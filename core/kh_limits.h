@@ -45,7 +45,12 @@
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again") \
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
-    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")
+    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")          \
+    X(ws_message_bytes, 1048576, 125, 1073741824, "max bytes of a WebSocket message, after inflation (close 1009)") \
+    X(ws_frame_bytes, 1048576, 125, 1073741824, "max payload bytes of one WebSocket frame (close 1009)") \
+    X(ws_queue, 16, 1, 65536, "WebSocket messages decoded ahead of the message handler before reading pauses") \
+    X(ws_deflate, 1, 0, 1, "1: accept permessage-deflate (RFC 7692, no context takeover either way)") \
+    X(ws_close_timeout_ms, 5000, 50, 600000, "after our close frame, wait this long for the peer's before dropping the connection")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -93,6 +93,8 @@ void kh__lua_open_wait(lua_State *L, kh_lua *K);
 void kh__lua_open_shared(lua_State *L, kh_lua *K);
 /* kh_lua_sign.c: core.sign, core.unsign (k.sign, k.unsign) */
 void kh__lua_open_sign(lua_State *L);
+/* kh_lua_ws.c: the WebSocket codec, frames and handshake helpers (ws_* on the core table) */
+void kh__lua_open_ws(lua_State *L);
 
 /* A coroutine for a stream (NULL: a callback of its own), in the live list. */
 kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s);

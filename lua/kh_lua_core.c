@@ -415,7 +415,7 @@ static int open_core(lua_State *L)
     kh__lua_open_shared(L, K);
     kh__lua_open_json(L);
     kh__lua_open_sign(L);
-    kh__lua_open_ws(L); /* WebSocket codec (kh_lua_ws.c) */
+    kh__lua_open_ws(L, K); /* WebSocket codec (kh_lua_ws.c) */
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);

@@ -94,7 +94,7 @@ void kh__lua_open_shared(lua_State *L, kh_lua *K);
 /* kh_lua_sign.c: core.sign, core.unsign (k.sign, k.unsign) */
 void kh__lua_open_sign(lua_State *L);
 /* kh_lua_ws.c: the WebSocket codec, frames and handshake helpers (ws_* on the core table) */
-void kh__lua_open_ws(lua_State *L);
+void kh__lua_open_ws(lua_State *L, kh_lua *K);
 
 /* A coroutine for a stream (NULL: a callback of its own), in the live list. */
 kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s);

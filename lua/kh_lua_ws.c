@@ -300,14 +300,32 @@ static int l_close_code_ok(lua_State *L)
     return 1;
 }
 
+/* ws_limits() -> {message_bytes, frame_bytes, queue, deflate, close_timeout (s)} */
+static int l_limits(lua_State *L)
+{
+    const kh_limits *l = ((kh_lua *)lua_touserdata(L, lua_upvalueindex(2)))->w->limits;
+    lua_createtable(L, 0, 5);
+    lua_pushnumber(L, (lua_Number)l->ws_message_bytes);
+    lua_setfield(L, -2, "message_bytes");
+    lua_pushnumber(L, (lua_Number)l->ws_frame_bytes);
+    lua_setfield(L, -2, "frame_bytes");
+    lua_pushnumber(L, (lua_Number)l->ws_queue);
+    lua_setfield(L, -2, "queue");
+    lua_pushboolean(L, l->ws_deflate != 0);
+    lua_setfield(L, -2, "deflate");
+    lua_pushnumber(L, (lua_Number)l->ws_close_timeout_ms / 1000.0);
+    lua_setfield(L, -2, "close_timeout");
+    return 1;
+}
+
 /* Sets the ws_* functions on the table on top. */
-void kh__lua_open_ws(lua_State *L)
+void kh__lua_open_ws(lua_State *L, kh_lua *K)
 {
     static const luaL_Reg fns[] = {
         {"ws_codec", l_codec},       {"ws_feed", l_feed},           {"ws_frame", l_frame},
         {"ws_close", l_close},       {"ws_state", l_state},         {"ws_accept", l_accept},
         {"ws_version_ok", l_version_ok}, {"ws_has_token", l_has_token}, {"ws_pmd", l_pmd},
-        {"ws_close_code_ok", l_close_code_ok}, {NULL, NULL},
+        {"ws_close_code_ok", l_close_code_ok}, {"ws_limits", l_limits}, {NULL, NULL},
     };
     if (luaL_newmetatable(L, CODEC_MT)) {
         lua_pushcfunction(L, codec_gc);
@@ -326,7 +344,8 @@ void kh__lua_open_ws(lua_State *L)
     int zi = lua_gettop(L);
     for (const luaL_Reg *f = fns; f->name; f++) {
         lua_pushvalue(L, zi);
-        lua_pushcclosure(L, f->func, 1);
+        lua_pushlightuserdata(L, K);
+        lua_pushcclosure(L, f->func, 2);
         lua_setfield(L, zi - 1, f->name);
     }
     lua_pop(L, 1);

@@ -45,7 +45,12 @@
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again") \
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
-    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")
+    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")          \
+    X(stream_high_water, 65536, 1024, 67108864, "bytes a streamed response (res:write, SSE) may queue before the writer waits (resumes at half)") \
+    X(body_window, 262144, 1024, 67108864, "bytes of an incremental request body (req:body_reader, tunnels) buffered before reading pauses") \
+    X(sse_keepalive_ms, 15000, 0, 3600000, "SSE keep-alive comment after this long without an event (0: off)") \
+    X(stream_out_cap, 1048576, 1024, 1073741824, "bytes k.send_to may queue on a stream before the slow consumer is ended") \
+    X(tunnel_idle_timeout_ms, 600000, 50, 86400000, "an upgraded stream (tunnel) with no byte either way this long is closed")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

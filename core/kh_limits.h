@@ -46,6 +46,11 @@
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
     X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")          \
+    X(stream_high_water, 65536, 1024, 67108864, "bytes a streamed response (res:write, SSE) may queue before the writer waits (resumes at half)") \
+    X(body_window, 262144, 1024, 67108864, "bytes of an incremental request body (req:body_reader, tunnels) buffered before reading pauses") \
+    X(sse_keepalive_ms, 15000, 0, 3600000, "SSE keep-alive comment after this long without an event (0: off)") \
+    X(stream_out_cap, 1048576, 1024, 1073741824, "bytes k.send_to may queue on a stream before the slow consumer is ended") \
+    X(tunnel_idle_timeout_ms, 600000, 50, 86400000, "an upgraded stream (tunnel) with no byte either way this long is closed") \
     X(ws_message_bytes, 1048576, 125, 1073741824, "max bytes of a WebSocket message, after inflation (close 1009)") \
     X(ws_frame_bytes, 1048576, 125, 1073741824, "max payload bytes of one WebSocket frame (close 1009)") \
     X(ws_queue, 16, 1, 65536, "WebSocket messages decoded ahead of the message handler before reading pauses") \

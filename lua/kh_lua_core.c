@@ -37,7 +37,12 @@ static int l_route(lua_State *L)
     lua_pushvalue(L, 3);
     int ref = luaL_ref(L, LUA_REGISTRYINDEX);
     const char *err = NULL;
-    if (kh_router_add(K->router, method, mlen, pattern, plen, ref, &err) != 0) {
+    /* 4th argument true: the handler reads the body incrementally (req:body_reader), so a
+     * declared body over body_bytes is dispatched, not answered 413 (KH_ROUTE_BODY_STREAM) */
+    intptr_t value = ref;
+    if (lua_toboolean(L, 4))
+        value |= KH_ROUTE_BODY_STREAM;
+    if (kh_router_add(K->router, method, mlen, pattern, plen, value, &err) != 0) {
         luaL_unref(L, LUA_REGISTRYINDEX, ref);
         lua_pushnil(L);
         lua_pushfstring(L, "route %s %s: %s", method, pattern, err ? err : "invalid");
@@ -108,8 +113,8 @@ static int bad_header(lua_State *L, const kh_header *h, size_t n)
     return misuse(L, "invalid response header");
 }
 
-/* respond(s, gen, status, body, headers|nil, default_content_type|nil) -> true | nil, "closed"
- * | false, message (a header name or value refused, a second answer) */
+/* respond(s, gen, status, body, headers|nil, default_content_type|nil[, "stream" | "tunnel"])
+ * -> true | nil, "closed" | false, message (a header name or value refused, a second answer) */
 static int l_respond(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
@@ -187,7 +192,16 @@ static int l_respond(lua_State *L)
         h[n].value = (kh_str){ctype, strlen(ctype)};
         n++;
     }
-    int r = kh_stream_respond(s, status, h, n, body, blen);
+    /* 7th argument (issue 10): "stream" sends the head only, the body to follow in pieces
+     * (res:write, SSE; no Content-Length); "tunnel" accepts a tunnel request (101 / 200) */
+    const char *mode = lua_tostring(L, 7);
+    int r;
+    if (mode && strcmp(mode, "stream") == 0)
+        r = kh_stream_send_head(s, status, h, n, -1);
+    else if (mode && strcmp(mode, "tunnel") == 0)
+        r = kh_stream_accept_tunnel(s, h, n);
+    else
+        r = kh_stream_respond(s, status, h, n, body, blen);
     if (r == KH_EINVAL)
         return bad_header(L, h, n);
     if (r == KH_EPROTO)
@@ -413,6 +427,7 @@ static int open_core(lua_State *L)
     kh_lua *K = K_UPVALUE(L);
     kh__lua_open_wait(L, K);
     kh__lua_open_shared(L, K);
+    kh__lua_open_stream(L, K);
     kh__lua_open_json(L);
     kh__lua_open_sign(L);
     kh__lua_open_ws(L, K); /* WebSocket codec (kh_lua_ws.c) */

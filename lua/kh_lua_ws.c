@@ -7,8 +7,9 @@
  *        socket of the worker: with no context takeover each message is inflated or deflated in
  *        one call (kh_ws_deflate.h), so an idle socket keeps no zlib memory.
  * In:    feed(codec, chunk, list, max) from the socket's reader; frame(codec, opcode, data).
- * Out:   messages appended to list as data, binary pairs; frames as Lua strings (the caller
- *        writes them to the tunnel).
+ * Out:   messages appended to list as (data, binary) pairs, and the frames the codec wrote
+ *        itself (pongs, close replies) as (bytes, 0) pairs in between, in order; frames as Lua
+ *        strings (the caller writes them to the tunnel).
  * Never: touches the stream or knows the transport (h1 101 or h2 extended CONNECT are the same
  *        bytes here). */
 #include <stdlib.h>
@@ -87,9 +88,25 @@ static void out_append(codec *c, const uint8_t *p, size_t n)
     c->olen += n;
 }
 
+/* A frame the codec wrote (pong, close): during feed it goes into the list between the messages,
+ * so the reader writes it in order (a close reply after the echo of the message before it);
+ * outside feed (ws:close) into the out buffer. */
 static void on_send(void *ud, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
 {
     codec *c = ud;
+    if (c->L) {
+        lua_State *L = c->L;
+        int k = (int)lua_objlen(L, c->list);
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        luaL_addlstring(&b, (const char *)h, hl);
+        luaL_addlstring(&b, (const char *)p, n);
+        luaL_pushresult(&b);
+        lua_rawseti(L, c->list, k + 1);
+        lua_pushinteger(L, 0);
+        lua_rawseti(L, c->list, k + 2);
+        return;
+    }
     out_append(c, h, hl);
     if (n)
         out_append(c, p, n);
@@ -153,7 +170,8 @@ static void push_out(lua_State *L, codec *c)
     }
 }
 
-/* feed(codec, chunk, list, max) -> status ("ok"|"paused"|"closed"), used, out|nil, code */
+/* feed(codec, chunk, list, max) -> status ("ok"|"paused"|"closed"), used, nil, code; list gets
+ * (message, binary) and (frame, 0) pairs; it pauses after max messages */
 static int l_feed(lua_State *L)
 {
     codec *c = luaL_checkudata(L, 1, CODEC_MT);

@@ -82,6 +82,12 @@ function k.route(method, path, fn, opts)
     add("k.route", method, path, fn, opts)
 end
 
+-- k.websocket(path, {open=, message=, close=, origin=, protocols=}): a WebSocket endpoint,
+-- reached by an h1 GET + Upgrade and an h2 extended CONNECT alike (khamsin.websocket).
+function k.websocket(path, handlers)
+    require("khamsin.websocket").route(add, path, handlers)
+end
+
 function k.worker_id() return core.worker_id() end
 function k.workers() return core.workers() end
 function k.now() return core.now() end

@@ -231,7 +231,7 @@ local function serve(h, opts, req, res)
         end
     end
     local s, g = res._s, res._g
-    local ok, err = core.ws_accept_tunnel(s, g, out)
+    local ok, err = core.respond(s, g, 200, nil, out, nil, "tunnel") -- 101 on h1, 200 on h2
     if ok == false then raise(err) end
     rawset(res, "_deferred", true) -- the handler answered (101 / 200): nothing more to send
     if not ok then return end
@@ -252,12 +252,15 @@ local function serve(h, opts, req, res)
         do
             local pos = 1
             while true do
-                local st, used, frames, code = ws_feed(ws._codec, pos == 1 and chunk or sub(chunk, pos), list, queue)
-                if frames then write(s, g, frames, "push") end
+                local st, used, _, code = ws_feed(ws._codec, pos == 1 and chunk or sub(chunk, pos), list, queue)
                 for i = 1, #list, 2 do
-                    local data, binary = list[i], list[i + 1]
+                    local data, tag = list[i], list[i + 1]
                     list[i], list[i + 1] = nil, nil
-                    if message and not ws._done then run_message(ws, message, data, binary) end
+                    if tag == 0 then -- a pong or close frame of the codec's, in order
+                        if not ws._done then write(s, g, data, "push") end
+                    elseif message and not ws._done then
+                        run_message(ws, message, data, tag)
+                    end
                 end
                 if st == "closed" then
                     ws._close_code = code

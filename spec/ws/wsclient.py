@@ -9,6 +9,7 @@ stdin (JSON): {"path": "/ws", "headers": {..extra..}, "deflate": bool (offer per
               "deflate": bool (compress and set RSV1)}],
   "chunk": n (send the frame bytes n at a time), "wait_messages": n (read this many data
   frames before sending the next batch; optional), "timeout": seconds}
+A JSON list of such objects runs them one after the other and prints the list of results.
 stdout (JSON): {"status": 101, "headers": {...}, "frames": [{"op", "fin", "rsv", "hex", "text"}],
   "close_code": n | null, "eof": bool (the server ended the connection / stream)}
 """
@@ -28,6 +29,16 @@ def build(f):
         if data.endswith(b"\x00\x00\xff\xff"):
             data = data[:-4]
         rsv |= 4
+    if f.get("split"):  # one message in this many fragments (a compressed one: its stream split)
+        k = f["split"]
+        step = max(1, (len(data) + k - 1) // k)
+        parts = [data[i:i + step] for i in range(0, len(data), step)] or [b""]
+        out = b""
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            out += build({"op": f.get("op", 1) if i == 0 else 0, "fin": last,
+                          "rsv": rsv if i == 0 else 0, "hex": part.hex(), "mask": f.get("mask", True)})
+        return out
     b0 = (0x80 if f.get("fin", True) else 0) | (rsv << 4) | f.get("op", 1)
     n = len(data)
     masked = f.get("mask", True)
@@ -110,7 +121,7 @@ def run_h1(port, req):
     if req.get("deflate"):
         hdrs["Sec-WebSocket-Extensions"] = req.get("offer", "permessage-deflate; client_max_window_bits")
     for k_, v in req.get("headers", {}).items():
-        if v is None:
+        if v is None or v is False:
             hdrs.pop(k_, None)
         else:
             hdrs[k_] = v
@@ -220,7 +231,7 @@ def run_h2(port, req):
         hdrs.append(("sec-websocket-extensions", req.get("offer", "permessage-deflate; client_max_window_bits")))
     for k_, v in req.get("headers", {}).items():
         hdrs = [h for h in hdrs if h[0] != k_.lower()]
-        if v is not None:
+        if v is not None and v is not False:
             hdrs.append((k_.lower(), v))
     c.send_headers(sid, hdrs)
     s.sendall(c.data_to_send())
@@ -320,7 +331,16 @@ def main():
     port = int(sys.argv[1])
     mode = sys.argv[2] if len(sys.argv) > 2 else "h1"
     req = json.load(sys.stdin)
-    out = run_h2(port, req) if mode == "h2" else run_h1(port, req)
+    run = run_h2 if mode == "h2" else run_h1
+    if isinstance(req, list):  # a batch of cases, one connection each
+        out = []
+        for r in req:
+            try:
+                out.append(run(port, r))
+            except Exception as e:
+                out.append({"error": repr(e)})
+    else:
+        out = run(port, req)
     json.dump(out, sys.stdout)
 
 

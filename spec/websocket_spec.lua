@@ -306,3 +306,70 @@ describe("k.websocket with python3-websockets (h1)", function()
             extensions = "permessage-deflate", close_code = 1000 }, r)
     end)
 end)
+
+local PUSH = server.root .. "/spec/ws/pushclient.py"
+
+local PUSH_APP = [[
+local k = require "khamsin"
+k.websocket("/info", { message = function(ws, data) if data == "id" then ws:send(ws.id) end end })
+k.websocket("/room", { open = function(ws) ws:subscribe("room") end })
+k.get("/send", function(req)
+    local ok, err = k.send_to(req.args.id, req.args.data)
+    return (ok and "sent" or ("not sent: " .. tostring(err))) .. " by worker " .. k.worker_id()
+end)
+k.get("/later", function(req)
+    local id = req.args.id
+    k.timer(0.05, function() k.send_to(id, "from a timer") end)
+    return "later"
+end)
+k.get("/publish", function(req)
+    local msg = string.rep("x", tonumber(req.args.size))
+    -- two messages per loop turn: a socket that reads keeps up (its queue drains between
+    -- turns), the one that does not passes stream_out_cap
+    for i = 1, tonumber(req.args.count) do
+        k.publish("room", msg)
+        if i % 2 == 0 then k.sleep(0.02) end
+    end
+    return "published"
+end)
+]]
+
+describe("k.send_to and k.publish to WebSockets", function()
+    local srv
+    setup(function()
+        srv = server.start { app = PUSH_APP, workers = 2 }
+    end)
+    teardown(function() if srv then srv:stop() end end)
+
+    local function py(args)
+        local p = assert(io.popen(PY .. " " .. PUSH .. " " .. srv.port .. " " .. args, "r"))
+        local out = p:read("*a")
+        p:close()
+        local ok, r = pcall(cjson.decode, out)
+        assert(ok, out)
+        return r
+    end
+
+    it("k.send_to(ws.id) reaches the socket from requests on either worker and from a timer", function()
+        local r = py("sendto 12")
+        local want = {}
+        for i = 0, 11 do want[#want + 1] = "m" .. i end
+        want[#want + 1] = "from a timer"
+        assert.are.same(want, r.got)
+        local workers = {}
+        for i = 1, 12 do
+            assert.truthy(r.http[i]:match("^sent by worker %d$"), r.http[i])
+            workers[r.http[i]] = true
+        end
+        assert.truthy(r.id:match("^%d+%-%d+$"))
+    end)
+
+    it("k.publish reaches every subscribed socket; a slow one is closed 1008 and stalls no one", function()
+        -- 400 messages of 16 KiB (6.4 MB) to each socket, 32 KiB per 20 ms: past stream_out_cap
+        -- (1 MiB) plus what the kernel buffers (~3 MB) for the socket that does not read
+        local r = py("broadcast 6 400 16384")
+        assert.are.same({ 400, 400, 400, 400, 400, 400 }, r.fast)
+        assert.are.equal(1008, r.slow_close)
+        assert.is_true(r.slow_messages < 400)
+    end)
+end)

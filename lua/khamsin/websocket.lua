@@ -51,8 +51,10 @@ local function put(ws, bytes, own)
     if ok == true then return true end
     if err == "full" then
         -- the slow consumer: say why, then end it (the close frame may never be read)
+        -- (in "wait" mode: past the cap "push" would refuse it; a sender that is not the
+        -- socket's own handler never waits)
         local cf = ws_close(ws._codec, 1008, "slow consumer")
-        if cf then write(ws._s, ws._g, cf, "push") end
+        if cf then write(ws._s, ws._g, cf, "wait") end
         ws._close_code, ws._close_reason = 1008, "slow consumer"
         finish(ws._s, ws._g)
         ws._done = true
@@ -108,7 +110,7 @@ function ws_mt.close(ws, code, reason)
     if ws._closing or ws._done then return true end
     ws._closing = true
     local cf = ws_close(ws._codec, code, reason)
-    if cf then write(ws._s, ws._g, cf, "push") end
+    if cf then write(ws._s, ws._g, cf, "wait") end
     local s, g = ws._s, ws._g
     core.timer(core.ws_limits().close_timeout, nil, function()
         if not ws._done then

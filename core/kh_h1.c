@@ -598,6 +598,10 @@ static void h1_on_shutdown(kh_conn *c)
             kh_conn_close(c);
         else
             kh_conn_close_after_write(c);
+    } else if (h->s && (h->s->flags & (KH_STREAM_F_HELD | KH_STREAM_F_TUNNEL))) {
+        /* a long-lived stream (an idle SSE stream, a tunnel) would hold the stop until the
+         * grace period: it ends now (the app hears on_abort; an EventSource reconnects) */
+        kh_conn_close(c);
     } else if (h->s && !(h->s->flags & KH_STREAM_F_HEAD_SENT))
         HS(h->s)->keepalive = 0;
 }

@@ -1139,6 +1139,11 @@ static void h2_on_shutdown(kh_conn *c)
      * and the client may retry them elsewhere */
     nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->ng),
                           NGHTTP2_NO_ERROR, NULL, 0);
+    /* long-lived streams (an idle SSE stream, a tunnel) would hold the stop until the grace
+     * period: they end now (CANCEL; the app hears on_abort) */
+    for (kh_stream *s = h->streams; s; s = HS(s)->next)
+        if ((s->flags & (KH_STREAM_F_HELD | KH_STREAM_F_TUNNEL)) && !(HS(s)->flags & HS_RST_SENT))
+            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_CANCEL);
     kh_worker_schedule_flush(c->w, c);
 }
 

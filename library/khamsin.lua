@@ -121,6 +121,15 @@ function k.resolve(id, status, body, headers) end
 ---@return integer
 function k.publish(topic, value) end
 
+--- Writes to a push target from anywhere (another request, a timer, a pool result, another
+--- worker): an SSE stream's `sse.id` (data: an event table or the data string) or a WebSocket's
+--- `ws.id`. Never yields; a consumer with `stream_out_cap` bytes queued is ended, not buffered.
+---@param id string
+---@param data any
+---@return true|nil ok
+---@return string? err "closed", "gone" (no such stream any more), "no such worker"
+function k.send_to(id, data) end
+
 --- `fn(value, topic)` runs in a coroutine for each `k.publish(topic, value)`.
 ---@param topic string
 ---@param fn fun(value: any, topic: string)
@@ -216,6 +225,11 @@ local Request = {}
 ---@return string
 function Request:body() end
 
+--- An iterator of the body's chunks as they arrive (under `body_window`); nil at the end. A route
+--- declared with `{stream_body = true}` takes bodies past `body_bytes` this way.
+---@return fun(): string?
+function Request:body_reader() end
+
 --- The body decoded as JSON (invalid JSON answers 400).
 ---@param max_depth? integer
 ---@return any
@@ -230,6 +244,24 @@ local Response = {}
 ---@param opts? {timeout: number}
 ---@return khamsin.Deferred
 function Response:defer(opts) end
+
+--- Streams a chunk (the head goes first: `res.status`, `res.headers`, no length): chunked on
+--- HTTP/1.1, DATA on HTTP/2. Waits while `stream_high_water` bytes are queued; nil, "closed"
+--- once the client is gone. The handler returning ends the response.
+---@param chunk string
+---@return true|nil ok
+---@return string? err
+function Response:write(chunk) end
+
+--- Ends a streamed response now.
+---@return true|nil ok
+---@return string? err
+function Response:finish() end
+
+--- Server-Sent Events: sends the text/event-stream head and returns the stream. `return sse`
+--- from the handler keeps it open after the handler (for `k.send_to(sse.id, ...)`).
+---@return {id: string, last_event_id: string?, send: fun(self, ev: {event: string?, data: any, id: string?, retry: integer?}|string): (true|nil, string?), comment: fun(self, text: string?): (true|nil, string?), close: fun(self), on_close: fun(self, fn: fun(sse: table, why: string))}
+function Response:sse() end
 
 --- Adds a Set-Cookie header.
 ---@param name string

@@ -127,7 +127,9 @@ static int l_respond(lua_State *L)
         lua_pushliteral(L, "closed");
         return 2;
     }
-    if (status < 200 || status > 999)
+    const char *mode = lua_tostring(L, 7);
+    int tunnel = mode && strcmp(mode, "tunnel") == 0; /* the status is the protocol's: 101 / 200 */
+    if (!tunnel && (status < 200 || status > 999))
         return misuse(L, "invalid status %d (expected 200 to 999)", status);
     kh_header stack_hdrs[32];
     kh_header *h = stack_hdrs;
@@ -194,11 +196,10 @@ static int l_respond(lua_State *L)
     }
     /* 7th argument (issue 10): "stream" sends the head only, the body to follow in pieces
      * (res:write, SSE; no Content-Length); "tunnel" accepts a tunnel request (101 / 200) */
-    const char *mode = lua_tostring(L, 7);
     int r;
     if (mode && strcmp(mode, "stream") == 0)
         r = kh_stream_send_head(s, status, h, n, -1);
-    else if (mode && strcmp(mode, "tunnel") == 0)
+    else if (tunnel)
         r = kh_stream_accept_tunnel(s, h, n);
     else
         r = kh_stream_respond(s, status, h, n, body, blen);

@@ -6,6 +6,11 @@
  * Out:   kh_stream_send_data / want_drain / body_stream / body_consume / hold; yields of
  *        KH_YIELD (KH_WAIT_DRAIN, KH_WAIT_BODY) woken by kh__lua_on_drain / on_body / on_abort;
  *        mailbox messages (KH_MSG_SENDTO).
+ * A tunnel (the WebSocket module's use): core.tunnel(s, gen) names the protocol asked for
+ * ("websocket") on a request routed by k.route("@websocket", ...); core.respond(s, gen, 0, nil,
+ * headers, nil, "tunnel") accepts it (101 on h1, 200 on h2); then body_chunk reads the peer's
+ * bytes (false: its end), stream_write(s, gen, bytes, "wait" | "push") writes, stream_finish
+ * ends the tunnel. The handler returning does not end it if it called core.defer_hold.
  * Never: knows a wire format (chunked, DATA, event-stream framing are the protocols' or Lua's),
  *        waits in a coroutine that does not own the stream. */
 #include <string.h>

@@ -49,7 +49,7 @@ function M.write(res, chunk)
     elseif t ~= "string" then
         raise("res:write(chunk): chunk must be a string, got a " .. t)
     end
-    if rawget(res, "_finished") then raise("res:write(chunk): the response was finished") end
+    if rawget(res, "_finished") then return nil, "closed" end -- after res:finish()
     if not rawget(res, "_streaming") then
         local ok, err = M.start(res)
         if not ok then return nil, err end

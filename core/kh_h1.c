@@ -156,7 +156,13 @@ static void response_done(kh_conn *c, kh_stream *s)
         /* nothing after this response will be read: the rest of the body does not matter */
         h->phase = PH_CLOSED;
         h->s = NULL;
-        kh_stream_release(s);
+        /* (ws branch) a tunnel ended by the app may still have a coroutine waiting for its
+         * input (a WebSocket closed by a push from elsewhere): reset it, so the wait ends,
+         * instead of only dropping our ref (s->proto would outlive the connection) */
+        if (s->flags & KH_STREAM_F_TUNNEL)
+            kh_stream_on_reset(s, 0);
+        else
+            kh_stream_release(s);
         kh_conn_set_timeout(c, KH_TO_NONE);
         kh_conn_close_after_write(c);
         return;

@@ -267,7 +267,10 @@ void kh_stream_on_reset(kh_stream *s, int err)
     s->proto = NULL;
     if (s->body_state == KH_BODY_READING)
         s->body_state = KH_BODY_ABORTED;
-    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED)) {
+    /* (ws branch) an app still waiting on the body of a stream whose response it ended (a
+     * tunnel ended by a push from another coroutine while its reader waits for input) is told
+     * too, or its coroutine would wait forever and keep the stream */
+    if ((s->flags & KH_STREAM_F_APP) && (!(s->flags & KH_STREAM_F_ENDED) || s->app_wait)) {
         kh_worker *w = s->worker;
         w->cfg->app->on_abort(w->app, s);
     }

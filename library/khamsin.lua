@@ -13,6 +13,11 @@
 ---@alias khamsin.Headers table<string, string|string[]|false> a list repeats a header, false removes one
 
 --- A route's handler: returns `body`, `status, body` or `status, body, headers`.
+--- A WebSocket (k.websocket). `ws:send` from the socket's own handlers waits while
+--- `stream_high_water` bytes are queued; from anywhere else it never waits, and a socket with
+--- `stream_out_cap` bytes queued is closed 1008. `ws:subscribe(topic)`: each
+--- `k.publish(topic, string)` on any worker is sent to it.
+---@alias khamsin.WebSocket {id: string, protocol: string?, req: khamsin.Request, send: fun(self, data: string, binary: boolean?): (true|nil, string?), ping: fun(self, data: string?): (true|nil, string?), close: fun(self, code: integer?, reason: string?): true, subscribe: fun(self, topic: string), unsubscribe: fun(self, topic: string)}
 ---@alias khamsin.Handler fun(req: khamsin.Request, res: khamsin.Response): (khamsin.Status|khamsin.Body)?, khamsin.Body?, khamsin.Headers?
 
 ---@class khamsin
@@ -129,6 +134,16 @@ function k.publish(topic, value) end
 ---@return true|nil ok
 ---@return string? err "closed", "gone" (no such stream any more), "no such worker"
 function k.send_to(id, data) end
+
+--- A WebSocket endpoint (RFC 6455 on HTTP/1.1 GET + Upgrade, RFC 8441 extended CONNECT on
+--- HTTP/2: the same handlers). `open(ws, req)` runs in the request's coroutine after the
+--- handshake; each message runs `message(ws, data, binary)` in a coroutine of its own, in order;
+--- `close(ws, code)` runs once (code 1005: the peer sent none, 1006: no close frame at all).
+--- `origin`: an allowed Origin, a list of them, or `fun(origin, req): boolean` (else 403);
+--- `protocols`: the subprotocols offered back, by preference (the first the client lists wins).
+---@param path string
+---@param handlers {open: (fun(ws: khamsin.WebSocket, req: khamsin.Request))?, message: (fun(ws: khamsin.WebSocket, data: string, binary: boolean))?, close: (fun(ws: khamsin.WebSocket, code: integer))?, origin: (string|string[]|fun(origin: string?, req: khamsin.Request): boolean)?, protocols: string[]?}
+function k.websocket(path, handlers) end
 
 --- `fn(value, topic)` runs in a coroutine for each `k.publish(topic, value)`.
 ---@param topic string

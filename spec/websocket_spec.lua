@@ -24,6 +24,14 @@ k.websocket("/proto", { protocols = { "chat.v2", "chat.v1" },
 k.websocket("/info", { message = function(ws, data)
     if data == "id" then ws:send(ws.id) elseif data == "ping" then ws:ping("srv") end
 end })
+k.websocket("/slow", { message = function(ws, data)
+    k.sleep(0.002 * (#data % 3)) -- handlers that wait: the next message waits for this one
+    ws:send(data)
+end })
+k.websocket("/err", { message = function(ws, data)
+    if data == "boom" then error("handler boom") end
+    ws:send(data)
+end })
 k.get("/plain", function() return "plain" end)
 ]]
 
@@ -161,10 +169,31 @@ end
 
 describe("k.websocket conformance", function()
     local srv
-    setup(function() srv = server.start { app = APP, workers = 1 } end)
+    setup(function() srv = server.start { app = APP, workers = 1, expect_errors = { "handler boom" } } end)
     teardown(function() if srv then srv:stop() end end)
 
     each_mode(function(mode)
+        it("runs message handlers one at a time, in order, even when they wait", function()
+            local frames, want = {}, {}
+            for i = 1, 60 do
+                frames[#frames + 1] = F(1, tostring(i))
+                want[#want + 1] = "T:" .. i
+            end
+            frames[#frames + 1] = CLOSE
+            want[#want + 1] = "C:1000"
+            local res = run_cases(srv, mode, { { frames = frames, path = "/slow" },
+                { frames = frames, path = "/slow", chunk = 7 } })
+            assert.are.equal(table.concat(want, " "), summary(res[1]))
+            assert.are.equal(table.concat(want, " "), summary(res[2]))
+        end)
+
+        it("logs an error in a message handler and goes on with the next message", function()
+            local res = run_cases(srv, mode, { { frames = { F(1, "a"), F(1, "boom"), F(1, "b"), CLOSE },
+                path = "/err" } })
+            assert.are.equal("T:a T:b C:1000", summary(res[1]))
+            assert.truthy(srv:log():find("handler boom", 1, true))
+        end)
+
         it("answers each case of the Autobahn families exactly", function()
             local batch = {}
             for i, c in ipairs(CASES) do

@@ -245,6 +245,9 @@ local function serve(h, opts, req, res)
     }, ws_mt)
     ws.id = push.register(ws)
     if h.open then call(ws, h.open, req) end
+    -- the request head's arena is given back (memory of an idle socket): req is for open();
+    -- what it read of req stays in the req table, the rest reads as empty afterwards
+    core.stream_hold(s, g)
 
     local list, queue, message = {}, limits.queue, h.message
     while not ws._done do

@@ -56,6 +56,7 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
     s->app_wait = 0;
     s->app_defer = NULL;
     s->tunnel_proto[0] = '\0';
+    s->inst = NULL;
     s->body_limit = w->limits->body_bytes;
     s->start_ms = uv_now(&w->loop);
     return s;
@@ -71,6 +72,10 @@ void kh_stream_release(kh_stream *s)
     if (--s->refs > 0)
         return;
     kh_worker *w = s->worker;
+    if (s->inst) {
+        kh_app_inst_release(s->inst);
+        s->inst = NULL;
+    }
     free(s->arena);
     s->arena = NULL;
     kh_buf_release(&s->body, &w->bufs);
@@ -153,11 +158,23 @@ int kh_stream_expect_body(kh_stream *s, int64_t length)
     return 0;
 }
 
+/* The app state a stream's calls go to: its instance's, or the worker's for a worker-shaped
+ * test harness that has no instances. app_gone: its instance is closed (the worker stops). */
+static void *stream_app(kh_stream *s)
+{
+    return s->inst ? s->inst->app : s->worker->app;
+}
+
+static int app_gone(kh_stream *s)
+{
+    return s->inst && s->inst->closed;
+}
+
 static void notify_body(kh_stream *s)
 {
-    if ((s->flags & KH_STREAM_F_APP) && s->app_wait) {
+    if ((s->flags & KH_STREAM_F_APP) && s->app_wait && !app_gone(s)) {
         kh_worker *w = s->worker;
-        w->cfg->app->on_body(w->app, s);
+        w->cfg->app->on_body(stream_app(s), s);
     }
 }
 
@@ -217,14 +234,14 @@ void kh_stream_on_head(kh_stream *s)
         size_t klen = strlen(s->tunnel_proto);
         kind[0] = '@';
         memcpy(kind + 1, s->tunnel_proto, klen);
-        kh_router_match(w->router, (kh_str){kind, klen + 1}, s->path, &m);
+        kh_router_match(w->inst ? w->inst->router : w->router, (kh_str){kind, klen + 1}, s->path, &m);
         if (m.status != 0 && m.status != 400) {
             s->flags &= ~KH_STREAM_F_TUNNEL_REQ;
             m.num_params = 0;
-            kh_router_match(w->router, s->method, s->path, &m);
+            kh_router_match(w->inst ? w->inst->router : w->router, s->method, s->path, &m);
         }
     } else {
-        kh_router_match(w->router, s->method, s->path, &m);
+        kh_router_match(w->inst ? w->inst->router : w->router, s->method, s->path, &m);
     }
     if (m.status == 400) {
         kh_stream_respond_error(s, 400, "a path parameter holds a '..' segment", 0);
@@ -256,7 +273,11 @@ void kh_stream_on_head(kh_stream *s)
     memcpy(s->params, m.params, m.num_params * sizeof m.params[0]);
     s->flags |= KH_STREAM_F_APP;
     kh_stream_retain(s);
-    w->cfg->app->dispatch(w->app, s);
+    if (w->inst) {
+        s->inst = w->inst;
+        kh_app_inst_retain(s->inst);
+    }
+    w->cfg->app->dispatch(stream_app(s), s);
 }
 
 void kh_stream_on_reset(kh_stream *s, int err)
@@ -270,9 +291,10 @@ void kh_stream_on_reset(kh_stream *s, int err)
     /* (ws branch) an app still waiting on the body of a stream whose response it ended (a
      * tunnel ended by a push from another coroutine while its reader waits for input) is told
      * too, or its coroutine would wait forever and keep the stream */
-    if ((s->flags & KH_STREAM_F_APP) && (!(s->flags & KH_STREAM_F_ENDED) || s->app_wait)) {
+    if ((s->flags & KH_STREAM_F_APP) && (!(s->flags & KH_STREAM_F_ENDED) || s->app_wait) &&
+        !app_gone(s)) {
         kh_worker *w = s->worker;
-        w->cfg->app->on_abort(w->app, s);
+        w->cfg->app->on_abort(stream_app(s), s);
     }
     kh_stream_release(s); /* the protocol's ref */
 }
@@ -468,9 +490,9 @@ void kh_stream_on_drain(kh_stream *s)
         return;
     s->flags &= ~KH_STREAM_F_WANT_DRAIN;
     kh_worker *w = s->worker;
-    if ((s->flags & KH_STREAM_F_APP) && w->cfg->app->on_drain) {
+    if ((s->flags & KH_STREAM_F_APP) && w->cfg->app->on_drain && !app_gone(s)) {
         kh_stream_retain(s); /* the app may end the stream from its callback */
-        w->cfg->app->on_drain(w->app, s);
+        w->cfg->app->on_drain(stream_app(s), s); /* the stream's own instance (hot reload) */
         kh_stream_release(s);
     }
 }

@@ -42,6 +42,8 @@
 #include "kh_common.h"
 #include "kh_router.h"
 
+typedef struct kh_app_inst kh_app_inst;
+
 typedef struct kh_stream kh_stream;
 typedef struct kh_worker kh_worker;
 
@@ -162,6 +164,8 @@ struct kh_stream {
     int app_wait; /* what the app waits for (its own codes); 0 when running or idle */
     void *app_defer; /* non-NULL while a deferred reply (res:defer) holds the stream: the app
                       * then keeps KH_STREAM_F_APP and a ref after its coroutine ended */
+    kh_app_inst *inst; /* the app instance it was dispatched to (kh_app.h), retained until the
+                        * stream is freed: every later app call for it goes to inst->app */
 
     /* tunnel request: the protocol asked for, lower case ("websocket"); "" when none */
     char tunnel_proto[KH_TUNNEL_PROTO_MAX];

@@ -285,7 +285,7 @@ function Response:sse() end
 function Response:set_cookie(name, value, opts) end
 
 ---@class khamsin.Deferred
----@field id string "<worker>:<n>", for `k.resolve`
+---@field id string "<worker>:<generation>:<n>", for `k.resolve`
 local Deferred = {}
 
 --- Answers the request (same forms as a handler's return values).

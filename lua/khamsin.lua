@@ -302,7 +302,11 @@ local function on_error(e)
     local mt = type(e) == "table" and getmetatable(e)
     local msg = (type(e) == "string" or (mt and mt.__tostring)) and tostring(e)
         or ("(error object is a " .. type(e) .. " value: " .. tostring(e) .. ")")
-    return { traceback = traceback(msg, 2) }
+    local err = { traceback = traceback(msg, 2) }
+    if core.dev then -- the --dev error page's message and source (khamsin/devpage.lua)
+        err.message, err.where = msg, require("khamsin.devpage").locate(msg, 2)
+    end
+    return err
 end
 
 local new_req, new_res, finish = request.new, response.new, response.finish

@@ -20,6 +20,11 @@ function M.own()
 end
 M.own()
 
+-- Whether a chunk name (debug.getinfo's source) is one of khamsin's own modules.
+function M.is_ours(source)
+    return ours[source] == true
+end
+
 -- The function that calls a request's handler, handler as its first argument (khamsin.lua's
 -- `serve`). When the app's own frames are gone from the stack (a handler that ends in
 -- `return k.blocking(...)` is a tail call; the handler already returned its values), the

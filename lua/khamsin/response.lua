@@ -232,9 +232,11 @@ function M.fail(req, res, e)
     -- core.log starts the line with "request <id>: " (it runs in the request's coroutine)
     log(0, "handler error on " .. tostring(req.method) .. " "
         .. tostring(req.path) .. ": " .. tb)
-    local body = "Internal Server Error\n"
-    if core.dev then body = "Internal Server Error\n\n" .. tb .. "\n" end
-    respond(res._s, res._g, 500, body, nil, TEXT)
+    local body, ctype = "Internal Server Error\n", TEXT
+    if core.dev then -- message, source lines and traceback; never without --dev
+        body, ctype = require("khamsin.devpage").render(req.headers.accept, e, json_encode)
+    end
+    respond(res._s, res._g, 500, body, nil, ctype)
 end
 
 return M

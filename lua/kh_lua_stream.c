@@ -223,6 +223,7 @@ static int l_post_send_to(lua_State *L)
     kh_lua_msg *m = kh_xmalloc(sizeof *m + b.len);
     m->base.type = KH_MSG_SENDTO;
     m->base.dispose = msg_dispose;
+    m->base.gen = 0; /* (ws branch, after main's hot reload) the current instance there: an unset gen routed the message nowhere */
     m->len = b.len;
     memcpy(m->data, b.p, b.len);
     free(b.p);

@@ -45,16 +45,21 @@ rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_port() { for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 
+# every server start takes fresh ports: a server that is still going away keeps none busy
+next_ports() { PORT=$((PORT + 2)); TLS_PORT=$((PORT + 1)); }
+
 start_khamsin() {
+  next_ports
   taskset -c "$SERVER_CORE" "$KHAMSIN_BIN" --workers 1 --listen "tcp://127.0.0.1:$PORT" \
     --listen "tls://127.0.0.1:$TLS_PORT" --tls-self-signed bench/apps/websocket.lua \
     >"$TMP/khamsin.log" 2>&1 &
   SRV=$!
-  wait_port "$PORT"
+  wait_port "$PORT" || { say "khamsin did not start: $(tail -3 "$TMP/khamsin.log")"; exit 1; }
   MEASURE=$SRV
 }
 
 start_nginx() {
+  next_ports
   mkdir -p "$TMP/ngx"
   cat >"$TMP/ngx/nginx.conf" <<NGX
 $( [[ $(id -u) == 0 ]] && echo "user root;" )
@@ -95,7 +100,8 @@ http {
 NGX
   taskset -c "$SERVER_CORE" nginx -c "$TMP/ngx/nginx.conf" -p "$TMP/ngx" >"$TMP/ngx/out.log" 2>&1 &
   SRV=$!
-  wait_port "$PORT"
+  wait_port "$PORT" || { say "nginx did not start: $(tail -3 "$TMP/ngx/error.log")"; exit 1; }
+  sleep 0.2
   MEASURE=$(pgrep -P "$SRV" | head -1) # the worker
 }
 
@@ -103,9 +109,10 @@ stop_server() { kill "$SRV" 2>/dev/null || true; wait "$SRV" 2>/dev/null || true
 
 # idle SERVER MODE N PATH -> bytes per socket
 idle() {
-  local srv=$1 mode=$2 n=$3 path=$4 port=$PORT
-  [[ $mode == tls ]] && port=$TLS_PORT
+  local srv=$1 mode=$2 n=$3 path=$4
   "start_$srv"
+  local port=$PORT
+  [[ $mode == tls ]] && port=$TLS_PORT
   sleep 1
   local r0 r1 k0 got
   mkfifo "$TMP/hold"

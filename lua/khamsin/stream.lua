@@ -80,9 +80,12 @@ M.held = held
 
 -- The handler returned (response.finish) after res:write / res:sse.
 function M.ended(res, a, b, c, who)
-    if type(a) == "table" and rawget(a, "_res") == res and type(a._keep) == "function" and b == nil then
+    if type(a) == "table" and rawget(a, "_s") == res._s and type(a._keep) == "function" and b == nil then
+        rawset(res, "_req", nil)
         return a:_keep() -- `return sse`: the stream stays open, idle, after the handler
     end
+    local sse = rawget(res, "_sse")
+    if sse then sse:_ended() end
     if a ~= nil or b ~= nil or c ~= nil then
         M.finish(res)
         raise((who or "the handler returned") .. " values after res:write/res:sse started the "

@@ -5,6 +5,11 @@
 # alternating, ROUNDS rounds; prints bytes per stream (the server's VmRSS over its process tree,
 # after minus before, divided by N; khamsin after a full Lua GC through /gc, printed beside the
 # Lua heap's share), median and spread. The WebSocket helper extends it with ws cases.
+# Before the baseline, WARM streams (3000) are opened and closed at the same concurrency, so that
+# what a burst leaves behind whatever its size (the worker's buffer cache of up to 256 x 16 KiB,
+# the allocators' high-water marks) is in the baseline, not counted per stream. khamsin also
+# reports, after a full Lua GC, the C allocator's bytes in use (glibc mallinfo2) and the Lua
+# heap per stream: what the idle streams themselves hold.
 # Cases: h1 (cleartext HTTP/1.1), h1+tls, h2c (one stream per connection), h2c-100 (100 streams
 # per connection), h2 (TLS + ALPN). Knobs (env): N (10000), ROUNDS (3), CASES, SERVERS
 # ("khamsin nginx-lua"), KHAMSIN_BIN (build-release/khamsin, built when missing), SERVER_CORE
@@ -13,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
 N=${N:-10000}
+WARM=${WARM:-3000}
 ROUNDS=${ROUNDS:-3}
 CASES=${CASES:-"h1 h1+tls h2c h2c-100 h2"}
 SERVERS=${SERVERS:-"khamsin nginx-lua"}
@@ -54,7 +60,7 @@ rss_kib() { # VmRSS summed over the process tree
   echo $t
 }
 
-gc_bytes() { curl -s --max-time 10 "http://127.0.0.1:$1/gc"; }
+gc_bytes() { curl -s --max-time 10 "http://127.0.0.1:$1/gc"; } # "<lua bytes> <malloc bytes>"
 
 start_server() { # server case port -> pid in SPID
   local server=$1 case=$2 port=$3 tls=0
@@ -86,20 +92,26 @@ one() { # server case port -> prints bytes per stream, lua bytes per stream
   local server=$1 case=$2 port=$3 proto=$2 per=1
   [[ $case == h2c-100 ]] && proto=h2c && per=100
   start_server "$server" "$case" "$port"
-  # warm-up: 200 streams opened and closed (allocator arenas, the Lua code paths)
-  (sleep 2 | taskset -c "$CLIENT_CORE" $PY bench/lib/streamsbench.py "$proto" "$port" /sse 200 "$per" >/dev/null) || true
-  sleep 1
-  local lua0=0 lua1=0
-  [[ $server == khamsin ]] && lua0=$(gc_bytes $((port + 1)))
+  # warm-up: WARM streams opened and closed (see the header)
+  mkfifo "$TMP/warm"
+  taskset -c "$CLIENT_CORE" $PY bench/lib/streamsbench.py "$proto" "$port" /sse "$WARM" "$per" <"$TMP/warm" >"$TMP/wready" 2>/dev/null &
+  local wpid=$! i
+  exec 8>"$TMP/warm"
+  for ((i = 0; i < 600; i++)); do grep -q ready "$TMP/wready" 2>/dev/null && break; kill -0 $wpid 2>/dev/null || break; sleep 0.2; done
+  exec 8>&-
+  wait $wpid 2>/dev/null || true
+  rm -f "$TMP/warm" "$TMP/wready"
+  sleep 2
+  local g0="0 0" g1="0 0"
+  [[ $server == khamsin ]] && g0=$(gc_bytes $((port + 1)))
   local before; before=$(rss_kib "$SPID")
   mkfifo "$TMP/hold"
   taskset -c "$CLIENT_CORE" $PY bench/lib/streamsbench.py "$proto" "$port" /sse "$N" "$per" <"$TMP/hold" >"$TMP/ready" 2>"$TMP/client.err" &
   local cpid=$!
   exec 7>"$TMP/hold"
-  local i
   for ((i = 0; i < 600; i++)); do grep -q ready "$TMP/ready" 2>/dev/null && break; kill -0 $cpid 2>/dev/null || break; sleep 0.2; done
   sleep 1
-  [[ $server == khamsin ]] && lua1=$(gc_bytes $((port + 1)))
+  [[ $server == khamsin ]] && g1=$(gc_bytes $((port + 1)))
   local after; after=$(rss_kib "$SPID")
   local ok=1; grep -q "ready $N" "$TMP/ready" || ok=0
   exec 7>&-
@@ -107,7 +119,10 @@ one() { # server case port -> prints bytes per stream, lua bytes per stream
   rm -f "$TMP/hold" "$TMP/ready"
   kill_tree "$SPID"
   if ((ok == 0)); then echo "FAILED $(head -c 300 "$TMP/client.err")"; return; fi
-  echo "$(( (after - before) * 1024 / N )) $(( (lua1 - lua0) / N ))"
+  local l0 m0 l1 m1
+  read -r l0 m0 <<<"$g0"
+  read -r l1 m1 <<<"$g1"
+  echo "$(( (after - before) * 1024 / N )) $(( (m1 - m0) / N )) $(( (l1 - l0) / N ))"
 }
 
 declare -A RES
@@ -117,7 +132,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
       [[ $server == nginx-lua ]] || true
       port=$((BASE_PORT + 10 * r))
       v=$(one "$server" "$case" "$port")
-      echo "round $r  $case  $server: $v (bytes per stream: VmRSS, of which Lua heap)"
+      echo "round $r  $case  $server: $v (bytes per stream: VmRSS, C malloc in use, Lua heap)"
       RES[$case,$server]+="$v;"
     done
   done
@@ -125,7 +140,7 @@ done
 
 echo
 echo "## bytes per idle SSE stream, N=$N, median [min-max] of $ROUNDS rounds"
-printf '%-8s' case; for server in $SERVERS; do printf '  %-26s' "$server"; done; echo "  khamsin Lua heap share"
+printf '%-8s' case; for server in $SERVERS; do printf '  %-26s' "$server VmRSS"; done; echo "  khamsin C malloc + Lua heap"
 for case in $CASES; do
   printf '%-8s' "$case"
   for server in $SERVERS; do
@@ -138,8 +153,8 @@ PYEOF
   done
   printf '  %s\n' "$($PY - "${RES[$case,khamsin]:-}" <<'PYEOF'
 import sys, statistics
-vals = [int(x.split()[1]) for x in sys.argv[1].split(";") if x and not x.startswith("FAILED")]
-print(int(statistics.median(vals)) if vals else "-")
+rows = [x.split() for x in sys.argv[1].split(";") if x and not x.startswith("FAILED")]
+print(f"{int(statistics.median(int(r[1]) for r in rows))} + {int(statistics.median(int(r[2]) for r in rows))}" if rows else "-")
 PYEOF
 )"
 done

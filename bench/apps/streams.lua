@@ -6,8 +6,9 @@ k.get("/sse", function(req, res)
   sse:send{data = "hello"}
   return sse
 end)
+-- "<Lua heap bytes> <C malloc bytes in use>" after a full collection
 k.get("/gc", function()
   collectgarbage()
   collectgarbage()
-  return tostring(math.floor(collectgarbage("count") * 1024))
+  return string.format("%d %d", collectgarbage("count") * 1024, require("khamsin.core").malloc_in_use())
 end)

@@ -199,18 +199,25 @@ local function tick()
     end
 end
 
+-- nginx in front: X-Accel-Buffering: no (do not buffer the stream)
+local SSE_HEADERS = { ["Cache-Control"] = "no-cache", ["X-Accel-Buffering"] = "no" }
+
 function M.open(req, res)
     if rawget(res, "_streaming") then raise("res:sse(): the response has started already") end
     local h = rawget(res, "headers")
-    if h == nil then h = {}; res.headers = h end
-    h["Cache-Control"] = h["Cache-Control"] or "no-cache"
-    h["X-Accel-Buffering"] = h["X-Accel-Buffering"] or "no" -- nginx in front: do not buffer
-    local ok, err = stream.start(res, "text/event-stream; charset=utf-8", "res:sse()")
+    if h == nil then
+        h = SSE_HEADERS -- shared, read-only: no table per stream
+    else
+        if h["Cache-Control"] == nil then h["Cache-Control"] = "no-cache" end
+        if h["X-Accel-Buffering"] == nil then h["X-Accel-Buffering"] = "no" end
+    end
+    local ok, err = stream.start(res, "text/event-stream; charset=utf-8", "res:sse()", h)
     local self = setmetatable({ _s = res._s, _g = res._g, _last = now() }, S_mt)
     owner_co[self] = running()
     rawset(res, "_sse", self)
     self.id = push.register(self)
-    local lei = req.headers["last-event-id"]
+    local lei = rawget(req, "headers") and req.headers["last-event-id"]
+        or core.header(res._s, res._g, "last-event-id")
     if lei then self.last_event_id = lei end
     if not ok then close_stream(self, err) return self end
     open[self] = true

@@ -21,7 +21,7 @@ end
 
 -- Sends the head once (res.status, res.headers, no length: chunked on h1, DATA on h2).
 -- Returns true, or nil, "closed".
-function M.start(res, ctype, who)
+function M.start(res, ctype, who, headers)
     if rawget(res, "_streaming") then return true end
     local status = rawget(res, "status") or 200
     if not valid_status(status) then
@@ -31,7 +31,7 @@ function M.start(res, ctype, who)
     if status == 204 or status == 304 then
         raise((who or "res:write") .. ": a " .. status .. " response has no body (RFC 9110)")
     end
-    local h = rawget(res, "headers")
+    local h = headers or rawget(res, "headers")
     if h ~= nil and type(h) ~= "table" then raise("res.headers is not a table") end
     local ok, err = respond(res._s, res._g, status, nil, h, ctype or TEXT, "stream")
     if ok == false then raise(err) end

@@ -43,6 +43,7 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
     }
     /* Clear only the request-scoped header; the params array is filled up to num_params. */
     memset(s, 0, offsetof(kh_stream, params));
+    s->params = s->params_inline;
     s->gen = gen;
     s->sink = sink;
     s->proto = proto;
@@ -78,6 +79,9 @@ void kh_stream_release(kh_stream *s)
     }
     free(s->arena);
     s->arena = NULL;
+    if (s->params != s->params_inline)
+        free(s->params);
+    s->params = s->params_inline;
     kh_buf_release(&s->body, &w->bufs);
     s->gen++; /* every {pointer, generation} pair the app still holds is now stale */
     s->proto = NULL;
@@ -270,6 +274,8 @@ void kh_stream_on_head(kh_stream *s)
     }
     s->route_value = m.value;
     s->num_params = (uint32_t)m.num_params;
+    if (m.num_params > KH_ARRAY_LEN(s->params_inline))
+        s->params = kh_xmalloc(m.num_params * sizeof m.params[0]);
     memcpy(s->params, m.params, m.num_params * sizeof m.params[0]);
     s->flags |= KH_STREAM_F_APP;
     kh_stream_retain(s);
@@ -575,7 +581,10 @@ void kh_stream_hold(kh_stream *s)
     s->authority = (kh_str){NULL, 0};
     s->headers = NULL;
     s->num_headers = 0;
-    s->num_params = 0;
+    s->num_params = 0; /* they pointed into the arena */
+    if (s->params != s->params_inline)
+        free(s->params);
+    s->params = s->params_inline;
     if (s->body_state != KH_BODY_READING)
         kh_buf_release(&s->body, &s->worker->bufs);
 }

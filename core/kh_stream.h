@@ -152,7 +152,9 @@ struct kh_stream {
     /* routing */
     intptr_t route_value;
     uint32_t num_params;
-    kh_route_param params[KH_ROUTER_MAX_PARAMS];
+    kh_route_param *params; /* params_inline, or malloc'd for more than two (freed with s):
+                             * an idle long-lived stream keeps no room for 16 (issue 10) */
+    kh_route_param params_inline[2];
 
     /* response */
     int status;

@@ -13,6 +13,7 @@
  * ends the tunnel. The handler returning does not end it if it called core.defer_hold.
  * Never: knows a wire format (chunked, DATA, event-stream framing are the protocols' or Lua's),
  *        waits in a coroutine that does not own the stream. */
+#include <malloc.h>
 #include <string.h>
 
 #include "kh_err.h"
@@ -184,6 +185,30 @@ static int l_tunnel(lua_State *L)
     return 1;
 }
 
+/* header(s, gen, lname) -> the value of one request header (lower-case name), or nil: for
+ * res:sse's Last-Event-ID without building the whole req.headers table */
+static int l_header(lua_State *L)
+{
+    kh_stream *s = stream_at(L, 1);
+    size_t n;
+    const char *name = luaL_checklstring(L, 3, &n);
+    const kh_header *h = s ? kh_stream_header(s, name, n) : NULL;
+    if (h == NULL)
+        return 0;
+    lua_pushlstring(L, h->value.ptr, h->value.len);
+    return 1;
+}
+
+/* malloc_in_use() -> bytes the C allocator has handed out and not taken back (glibc mallinfo2:
+ * in-use chunks + mmapped blocks): for bench/streams.sh, which reports what idle streams hold
+ * beside VmRSS (which also counts what the allocator keeps after a burst) */
+static int l_malloc_in_use(lua_State *L)
+{
+    struct mallinfo2 mi = mallinfo2();
+    lua_pushnumber(L, (lua_Number)(mi.uordblks + mi.hblkhd));
+    return 1;
+}
+
 /* limits() -> stream_high_water, sse_keepalive_ms, stream_out_cap */
 static int l_limits(lua_State *L)
 {
@@ -243,6 +268,7 @@ void kh__lua_open_stream(lua_State *L, kh_lua *K)
         {"stream_write", l_write},   {"stream_finish", l_finish}, {"stream_queued", l_queued},
         {"body_chunk", l_body_chunk}, {"stream_hold", l_hold},    {"tunnel", l_tunnel},
         {"post_send_to", l_post_send_to}, {"stream_limits", l_limits},
+        {"header", l_header},         {"malloc_in_use", l_malloc_in_use},
         {NULL, NULL},
     };
     for (const luaL_Reg *f = fns; f->name; f++) {

@@ -190,8 +190,8 @@ describe("streamed replies and bodies", function()
             local base = rss(srv)
             local out = srv.dir .. "/big." .. proto
             local code, peak = peak_rss_while(srv, "curl -s " .. CURL[proto] .. " --limit-rate 40M"
-                .. " --max-time 120 -o /dev/null -w '%{size_download}' " .. server.sh_quote(srv:url("/big?mb=200"))
-                .. " > " .. out, 150)
+                .. " --max-time 600 -o /dev/null -w '%{size_download}' " .. server.sh_quote(srv:url("/big?mb=200"))
+                .. " > " .. out, 650)
             assert.are.equal(0, code)
             assert.are.equal(tostring(200 * MB), server.read_file(out))
             -- without backpressure the handler would queue the whole 200 MB at once
@@ -205,8 +205,8 @@ describe("streamed replies and bodies", function()
             os.execute("truncate -s " .. 200 * MB .. " " .. file)
             local base = rss(srv)
             local out = srv.dir .. "/up." .. proto
-            local code, peak = peak_rss_while(srv, "curl -s " .. CURL[proto] .. " --max-time 120 -X POST"
-                .. " -T " .. file .. " -H 'Expect:' " .. server.sh_quote(srv:url("/upload")) .. " > " .. out, 150)
+            local code, peak = peak_rss_while(srv, "curl -s " .. CURL[proto] .. " --max-time 600 -X POST"
+                .. " -T " .. file .. " -H 'Expect:' " .. server.sh_quote(srv:url("/upload")) .. " > " .. out, 650)
             assert.are.equal(0, code)
             assert.are.equal(tostring(200 * MB), server.read_file(out))
             print(string.format("\n  %s: 200 MB uploaded through body_reader, VmRSS +%.1f MB at the peak", proto, (peak - base) / MB))

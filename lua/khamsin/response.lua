@@ -203,6 +203,8 @@ end
 -- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500).
 function M.fail(req, res, e)
     if defer then defer.drop(res) end -- nothing to drop before the first res:defer()
+    local sse = rawget(res, "_sse") -- res:sse() (khamsin.sse): its stream ends with the handler
+    if sse then sse:_ended() end
     if errors.is_aborted(e) then return end -- the engine answered, or nobody is listening
     if errors.is_busy(e) then
         respond(res._s, res._g, 503, "Service Unavailable: " .. tostring(e.reason) .. "\n",

@@ -27,6 +27,9 @@ local S = {}
 local S_mt = { __index = S }
 
 local open = {} -- every open SSE stream of this worker (the keep-alive timer walks it)
+-- the handler's coroutine of each stream, while it runs (weak: an idle held stream keeps none;
+-- the stream objects stay small, for memory per idle stream, README "Streams")
+local owner_co = setmetatable({}, { __mode = "k" })
 local ticker
 
 local _, keepalive_ms = core.stream_limits()
@@ -36,7 +39,7 @@ local function close_stream(self, why)
     self._closed = why or "closed"
     open[self] = nil
     push.unregister(self.id)
-    if self._held then
+    if stream.held[self._s] == self then
         stream.held[self._s] = nil
         core.defer_release(self._s, self._g)
     end
@@ -53,7 +56,8 @@ end
 -- never waits; past stream_out_cap the stream is ended.
 local function put(self, payload)
     if self._closed then return nil, "closed" end
-    local own = self._co ~= nil and running() == self._co
+    local co = owner_co[self]
+    local own = co ~= nil and running() == co
     local ok, err = write(self._s, self._g, payload, own and "wait" or "push")
     if ok == true then
         self._last = now()
@@ -168,14 +172,17 @@ function S:_keep()
     if self._closed then return end
     local ok = core.defer_hold(self._s, self._g)
     if not ok then close_stream(self, "closed") return end
-    self._held = true
-    self._co = nil
+    owner_co[self] = nil
     stream.held[self._s] = self
     core.stream_hold(self._s, self._g) -- the request head's memory goes back
 end
 
+-- The handler ended without keeping the stream (it returned, or raised): the response is over.
+function S:_ended()
+    close_stream(self, "ended")
+end
+
 function S:_aborted()
-    self._held_aborted = true
     close_stream(self, "client left")
 end
 
@@ -192,17 +199,26 @@ local function tick()
     end
 end
 
+-- nginx in front: X-Accel-Buffering: no (do not buffer the stream)
+local SSE_HEADERS = { ["Cache-Control"] = "no-cache", ["X-Accel-Buffering"] = "no" }
+
 function M.open(req, res)
     if rawget(res, "_streaming") then raise("res:sse(): the response has started already") end
     local h = rawget(res, "headers")
-    if h == nil then h = {}; res.headers = h end
-    h["Cache-Control"] = h["Cache-Control"] or "no-cache"
-    h["X-Accel-Buffering"] = h["X-Accel-Buffering"] or "no" -- nginx in front: do not buffer
-    local ok, err = stream.start(res, "text/event-stream; charset=utf-8", "res:sse()")
-    local self = setmetatable({ _s = res._s, _g = res._g, _res = res, _co = running(),
-        _last = now() }, S_mt)
+    if h == nil then
+        h = SSE_HEADERS -- shared, read-only: no table per stream
+    else
+        if h["Cache-Control"] == nil then h["Cache-Control"] = "no-cache" end
+        if h["X-Accel-Buffering"] == nil then h["X-Accel-Buffering"] = "no" end
+    end
+    local ok, err = stream.start(res, "text/event-stream; charset=utf-8", "res:sse()", h)
+    local self = setmetatable({ _s = res._s, _g = res._g, _last = now() }, S_mt)
+    owner_co[self] = running()
+    rawset(res, "_sse", self)
     self.id = push.register(self)
-    self.last_event_id = req.headers["last-event-id"]
+    local lei = rawget(req, "headers") and req.headers["last-event-id"]
+        or core.header(res._s, res._g, "last-event-id")
+    if lei then self.last_event_id = lei end
     if not ok then close_stream(self, err) return self end
     open[self] = true
     if keepalive_ms > 0 and not ticker then

@@ -21,7 +21,7 @@ end
 
 -- Sends the head once (res.status, res.headers, no length: chunked on h1, DATA on h2).
 -- Returns true, or nil, "closed".
-function M.start(res, ctype, who)
+function M.start(res, ctype, who, headers)
     if rawget(res, "_streaming") then return true end
     local status = rawget(res, "status") or 200
     if not valid_status(status) then
@@ -31,7 +31,7 @@ function M.start(res, ctype, who)
     if status == 204 or status == 304 then
         raise((who or "res:write") .. ": a " .. status .. " response has no body (RFC 9110)")
     end
-    local h = rawget(res, "headers")
+    local h = headers or rawget(res, "headers")
     if h ~= nil and type(h) ~= "table" then raise("res.headers is not a table") end
     local ok, err = respond(res._s, res._g, status, nil, h, ctype or TEXT, "stream")
     if ok == false then raise(err) end
@@ -80,9 +80,12 @@ M.held = held
 
 -- The handler returned (response.finish) after res:write / res:sse.
 function M.ended(res, a, b, c, who)
-    if type(a) == "table" and rawget(a, "_res") == res and type(a._keep) == "function" and b == nil then
+    if type(a) == "table" and rawget(a, "_s") == res._s and type(a._keep) == "function" and b == nil then
+        rawset(res, "_req", nil)
         return a:_keep() -- `return sse`: the stream stays open, idle, after the handler
     end
+    local sse = rawget(res, "_sse")
+    if sse then sse:_ended() end
     if a ~= nil or b ~= nil or c ~= nil then
         M.finish(res)
         raise((who or "the handler returned") .. " values after res:write/res:sse started the "

@@ -22,13 +22,15 @@
 #include "kh_worker.h"
 
 /* What a yielded coroutine waits for: its single wait slot (style.md §4). */
-enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3, KH_WAIT_DRAIN = 4 };
+enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3, KH_WAIT_DRAIN = 4,
+       KH_WAIT_FS = 5 };
 
 /* Mailbox message types (kh_chan_msg.type). */
 enum { KH_MSG_JOB = 1, KH_MSG_PUBLISH = 2, KH_MSG_RESOLVE = 3, KH_MSG_SENDTO = 4 };
 
 typedef struct kh_lua_timer kh_lua_timer;
 typedef struct kh_lua_job kh_lua_job;
+typedef struct kh_lua_fsreq kh_lua_fsreq;
 
 struct kh_lua_job {
     kh_job base;          /* first: travels as a mailbox message */
@@ -56,6 +58,7 @@ typedef struct kh_lua_co {
     int aborted;         /* the request is over: every later wait fails at once */
     kh_lua_timer *timer; /* KH_WAIT_SLEEP */
     kh_lua_job *job;     /* KH_WAIT_POOL */
+    kh_lua_fsreq *fs;    /* KH_WAIT_FS (kh_lua_fs.c) */
     const char *what;    /* for the slow-slice log when there is no stream: "timer", ... */
 } kh_lua_co;
 
@@ -111,6 +114,11 @@ void kh__lua_open_shared(lua_State *L, kh_lua *K);
 void kh__lua_open_sign(lua_State *L);
 /* kh_lua_ws.c: the WebSocket codec, frames and handshake helpers (ws_* on the core table) */
 void kh__lua_open_ws(lua_State *L, kh_lua *K);
+/* kh_lua_multipart.c: core.mp_new (req:multipart's parser), core.limit */
+void kh__lua_open_multipart(lua_State *L, kh_lua *K);
+/* kh_lua_fs.c: core.fs_stat, fs_realpath, fs_read (libuv fs, yielding); abandon on abort */
+void kh__lua_open_fs(lua_State *L, kh_lua *K);
+void kh__lua_fs_abandon(kh_lua_co *c);
 
 /* A coroutine for a stream (NULL: a callback of its own), in the live list. */
 kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s);

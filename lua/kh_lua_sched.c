@@ -111,6 +111,7 @@ kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s)
     c->aborted = 0;
     c->timer = NULL;
     c->job = NULL;
+    c->fs = NULL;
     c->what = NULL;
     c->ready_next = NULL;
     live_link(K, c);

@@ -354,6 +354,9 @@ void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c)
             c->s->flags &= ~KH_STREAM_F_WANT_DRAIN;
         }
         break;
+    case KH_WAIT_FS:
+        kh__lua_fs_abandon(c);
+        break;
     default:
         break;
     }

@@ -12,3 +12,9 @@ kh_add_fuzz_target(h2_conn SOURCES ${KH_CORE_NAMES} LIBS ${KH_CORE_LIBS})
 # the WebSocket session (kh_ws.c) with permessage-deflate (kh_ws_deflate.c) and the
 # handshake/extension parsers
 kh_add_fuzz_target(ws SOURCES kh_ws.c kh_ws_deflate.c kh_ws_handshake.c kh_sha1.c LIBS PkgConfig::ZLIB)
+# conditional requests: HTTP-dates and entity-tag lists (kh_cond.h)
+kh_add_fuzz_target(cond SOURCES kh_cond.c)
+# Accept-Encoding negotiation and the gzip encoder (kh_compress.h)
+kh_add_fuzz_target(compress SOURCES kh_compress.c kh_limits.c LIBS ${KH_COMPRESS_LIBS})
+# the multipart/form-data parser alone: any chunking gives the same events (kh_multipart.h)
+kh_add_fuzz_target(multipart SOURCES kh_multipart.c)

@@ -63,6 +63,11 @@ function M.http(status, message)
     return setmetatable({ status = status, message = message }, http_mt)
 end
 
+-- A failed precondition (RFC 9110 §13.1): 412, raised by res:etag / res:last_modified.
+function M.fail412(why)
+    error(M.http(412, "Precondition Failed: " .. why), 0)
+end
+
 function M.is_http(e)
     return type(e) == "table" and getmetatable(e) == http_mt
 end

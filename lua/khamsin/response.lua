@@ -99,6 +99,8 @@ end
 function Res:sse()
     if not is_res(self) then raise("res:sse() is a method: call it with a colon") end
     return require("khamsin.sse").open(rawget(self, "_req"), self)
+end
+
 local function set_header(res, name, value)
     local h = res.headers
     local l = lower(name)

@@ -14,6 +14,8 @@ if [ "$what" = test ] || [ "$what" = bench ]; then
   pkgs+=(ngtcp2-client chromium)
   # spec/redis_spec.lua: a real redis-server, and redis-lua (luasocket API) run on k.socket
   pkgs+=(redis-server lua-redis)
+  # spec/websocket_spec.lua: python3-websockets (h1), python3-wsproto (h2 frames, RFC 8441)
+  pkgs+=(python3-websockets python3-wsproto)
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps slowhttptest)

@@ -1,6 +1,12 @@
 /* kh_app.h: the only way core calls up into the application layer (the Lua binding).
  * Core knows no more of Lua than this table. All calls happen on the worker's own thread, except
  * `interrupt`.
+ * Streams (issue 10): dispatch gives every routed request, tunnel requests too (the stream has
+ * KH_STREAM_F_TUNNEL_REQ and s->tunnel_proto; s->route_value is the tunnel-kind route). The app
+ * answers with kh_stream_respond / send_head + send_data (streamed, watching kh_stream_queued
+ * and kh_stream_want_drain -> on_drain), reads the body whole (on_body once) or incrementally
+ * (kh_stream_body_stream: on_body per arrival, kh_stream_body_consume), and turns a tunnel
+ * request into a tunnel with kh_stream_accept_tunnel (kh_stream.h has the whole seam).
  *
  * App instances (hot reload). A worker serves one *current* instance, {app state, router,
  * generation}: kh_app_inst. A reload (--dev file change, SIGHUP) builds a new one on the worker's
@@ -61,6 +67,12 @@ typedef struct kh_app_vt {
     void (*on_body)(void *app, kh_stream *s);
     /* The protocol side of a stream the app holds is gone. */
     void (*on_abort)(void *app, kh_stream *s);
+    /* A stream that asked kh_stream_want_drain has its queue at or below the low-water mark
+     * (stream_high_water / 2): the app may write again. Called from the protocol's flush pass
+     * (never inside a protocol library's callback), once per want_drain. For an incremental
+     * body or a tunnel, on_body above is called on each arrival of bytes and at their end
+     * (s->body_state says which), while the app waits for them (s->app_wait non-zero). */
+    void (*on_drain)(void *app, kh_stream *s);
     /* A message from the worker's mailbox (a pool result, another worker's publish or
      * resolve). The app owns m from now on. Called outside any app code (from the async). */
     void (*on_message)(void *app, kh_chan_msg *m);

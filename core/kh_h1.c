@@ -9,7 +9,16 @@
  * in the conn's `in` buffer, so answers leave in request order without a queue of streams.
  * Output backpressure (out_full): the next request is not parsed, nor more input read, while
  * h1_out_high_water bytes or more wait for the socket, so a connection holds at most the mark
- * plus one response (and one read of input) however many requests it pipelines. */
+ * plus one response (and one read of input) however many requests it pipelines.
+ *
+ * Streams (kh_stream.h's seam): sink queued is the conn's out queue (one stream at a time); a
+ * stream waiting for drain is told from the flush pass (h1_on_flush) once a socket write has
+ * completed and the queue is at or below stream_high_water / 2. An incremental body stops
+ * reading at body_window buffered bytes (the rest waits in `in`, reading pauses) until the app
+ * consumes. A GET with Upgrade + Connection: upgrade is marked a tunnel request (the Upgrade's
+ * first token); accepted, it answers 101 and enters PH_TUNNEL: bytes both ways, no body cap, no
+ * header/body timeout but KH_TO_TUNNEL, the peer's FIN as the end of its input, the app's fin
+ * closing the connection once written. */
 #include "kh_h1.h"
 
 #include <stdio.h>
@@ -25,6 +34,7 @@ enum h1_phase {
     PH_WAIT,     /* request fully read; its response is not done */
     PH_DISCARD,  /* response done before the body was read: read and drop the rest */
     PH_CLOSED,   /* an error reply is out; nothing more is read */
+    PH_TUNNEL,   /* 101 sent: raw bytes both ways until either side ends */
 };
 
 enum {
@@ -50,6 +60,7 @@ typedef struct h1_stream {
     uint8_t keepalive;        /* decided when the head goes out */
     uint8_t resp_chunked;     /* the response body uses chunked framing */
     uint8_t dispatched;
+    uint8_t win_paused;       /* incremental body: reading paused at body_window */
 } h1_stream;
 
 _Static_assert(sizeof(h1_conn) <= sizeof(((kh_conn *)0)->proto_inline), "h1_conn fits inline");
@@ -145,7 +156,13 @@ static void response_done(kh_conn *c, kh_stream *s)
         /* nothing after this response will be read: the rest of the body does not matter */
         h->phase = PH_CLOSED;
         h->s = NULL;
-        kh_stream_release(s);
+        /* (ws branch) a tunnel ended by the app may still have a coroutine waiting for its
+         * input (a WebSocket closed by a push from elsewhere): reset it, so the wait ends,
+         * instead of only dropping our ref (s->proto would outlive the connection) */
+        if (s->flags & KH_STREAM_F_TUNNEL)
+            kh_stream_on_reset(s, 0);
+        else
+            kh_stream_release(s);
         kh_conn_set_timeout(c, KH_TO_NONE);
         kh_conn_close_after_write(c);
         return;
@@ -300,6 +317,19 @@ static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
     const kh_proto *up_to = h2c ? kh_proto_by_upgrade("h2c", 3) : NULL;
     if (up_to && up_to->upgrade(c, s, h2c->value) == 0)
         return 1; /* c speaks h2 now; the stream is stream 1 there */
+    if (!h2c && (head->flags & KH_H1_F_HAS_UPGRADE) && (head->flags & KH_H1_F_CONN_UPGRADE) &&
+        head->minor_version >= 1 && kh_str_eq(head->method, "GET", 3) &&
+        head->body_kind == KH_H1_BODY_NONE) {
+        /* RFC 9110 §7.8: a tunnel request (WebSocket, RFC 6455 §4.1); its first protocol */
+        kh_str upv = head->upgrade;
+        size_t i = 0;
+        while (i < upv.len && (upv.ptr[i] == ' ' || upv.ptr[i] == '\t'))
+            i++;
+        size_t j = i;
+        while (j < upv.len && upv.ptr[j] != ',' && upv.ptr[j] != ' ' && upv.ptr[j] != '\t')
+            j++;
+        kh_stream_mark_tunnel(s, (kh_str){upv.ptr + i, j - i});
+    }
     h1_stream *hs = HS(s);
     memset(hs, 0, sizeof *hs);
     /* RFC 9112 §9.3: 1.1 persists unless "close"; 1.0 only with "keep-alive". */
@@ -319,7 +349,7 @@ static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
         len = (int64_t)head->content_length;
     }
     hs->expect_continue = (head->flags & KH_H1_F_EXPECT_CONTINUE) && len != 0 && head->minor_version >= 1;
-    if (kh_stream_expect_body(s, len) != 0) {
+    if (kh_stream_expect_body(s, len) != 0 && !kh_stream_allow_large_body(s)) {
         /* declared Content-Length over body_bytes: 413 before reading a byte of it */
         hs->keepalive = 0;
         kh_stream_on_head(s);
@@ -327,6 +357,20 @@ static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
     }
     h->phase = len == 0 ? PH_WAIT : PH_BODY;
     kh_conn_set_timeout(c, len == 0 ? KH_TO_NONE : KH_TO_BODY);
+    return 0;
+}
+
+/* Incremental body / tunnel: how many more bytes s->body may take before body_window; at 0,
+ * reading pauses (the rest waits in `in`) until the app consumes (h1_consumed). */
+static size_t window_room(kh_conn *c, kh_stream *s)
+{
+    size_t win = c->w->limits->body_window;
+    if (s->body.len < win)
+        return win - s->body.len;
+    HS(s)->win_paused = 1;
+    kh_conn_pause(c);
+    if (H(c)->phase != PH_TUNNEL)
+        kh_conn_set_timeout(c, KH_TO_NONE); /* the app is slow, not the client */
     return 0;
 }
 
@@ -399,11 +443,30 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
                 dispatch(c, h->s);
             break;
         }
+        case PH_TUNNEL: {
+            kh_stream *s = h->s;
+            if (s == NULL || s->body_state != KH_BODY_READING)
+                return n; /* the app ended its side, or the input is over: dropped */
+            size_t room = window_room(c, s);
+            if (room == 0)
+                return off;
+            size_t k = KH_MIN(room, n - off);
+            kh_conn_set_timeout(c, KH_TO_TUNNEL);
+            kh_stream_on_body(s, p + off, k);
+            off += k;
+            break;
+        }
         case PH_BODY:
         case PH_DISCARD: {
             kh_stream *s = h->s;
             int discard = h->phase == PH_DISCARD;
-            ssize_t r = read_body(c, s, p + off, n - off, !discard);
+            size_t lim = n - off;
+            if (!discard && (s->flags & KH_STREAM_F_BODY_STREAM)) {
+                lim = KH_MIN(lim, window_room(c, s));
+                if (lim == 0)
+                    return off;
+            }
+            ssize_t r = read_body(c, s, p + off, lim, !discard);
             if (r < 0)
                 return n;
             off += (size_t)r;
@@ -449,6 +512,14 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
 static void h1_on_eof(kh_conn *c)
 {
     h1_conn *h = H(c);
+    if (h->phase == PH_TUNNEL && h->s) {
+        /* the peer ended its side of the tunnel: the app hears it as the body's end and
+         * ends its own (fin closes the connection) */
+        kh_stream *s = h->s;
+        if (s->body_state == KH_BODY_READING)
+            kh_stream_on_body_end(s);
+        return;
+    }
     if (h->phase == PH_WAIT && h->s && !(h->s->flags & KH_STREAM_F_APP)) {
         /* half-close after a complete request: answer it, then close */
         HS(h->s)->keepalive = 0;
@@ -482,6 +553,10 @@ static void h1_on_timeout(kh_conn *c, int kind)
             kh_conn_close(c);
         }
         break;
+    case KH_TO_TUNNEL:
+        KH_LOG_DEBUG("c%u tunnel idle for tunnel_idle_timeout_ms: closing", c->id);
+        kh_conn_close(c);
+        break;
     case KH_TO_IDLE:
     default:
         kh_conn_close(c);
@@ -496,6 +571,16 @@ static void h1_on_timeout(kh_conn *c, int kind)
 static int h1_on_flush(kh_conn *c)
 {
     h1_conn *h = H(c);
+    if (h->s && (h->s->flags & KH_STREAM_F_WANT_DRAIN)) {
+        /* a streamed response waits for its queue to go down: told once at or below the
+         * low-water mark (the app writes again from here); until then, and once after, the
+         * bytes go by uv_write so that the next check comes when a write has completed (one
+         * batch per loop turn, never a loop of writes inside one flush pass) */
+        kh_stream_on_drain(h->s);
+        if (c->flags & KH_CONN_F_CLOSING)
+            return 0;
+        return 1;
+    }
     if (!(h->flags & H1_OUT_WAIT))
         return 0;
     if (kh_conn_out_pending(c) >= c->w->limits->h1_out_high_water / 2)
@@ -518,6 +603,10 @@ static void h1_on_shutdown(kh_conn *c)
             kh_conn_close(c);
         else
             kh_conn_close_after_write(c);
+    } else if (h->s && (h->s->flags & (KH_STREAM_F_HELD | KH_STREAM_F_TUNNEL))) {
+        /* a long-lived stream (an idle SSE stream, a tunnel) would hold the stop until the
+         * grace period: it ends now (the app hears on_abort; an EventSource reconnects) */
+        kh_conn_close(c);
     } else if (h->s && !(h->s->flags & KH_STREAM_F_HEAD_SENT))
         HS(h->s)->keepalive = 0;
 }
@@ -649,6 +738,8 @@ static int h1_data(kh_stream *s, const char *p, size_t n, int fin)
     kh_conn *c = s->proto;
     h1_stream *hs = HS(s);
     int bodyless = s->status == 204 || s->status == 304 || (s->flags & KH_STREAM_F_HEAD_METHOD);
+    if (H(c)->phase == PH_TUNNEL && !fin)
+        kh_conn_set_timeout(c, KH_TO_TUNNEL);
     if (n && !bodyless) {
         if (hs->resp_chunked) {
             char line[24];
@@ -685,6 +776,61 @@ static void h1_reset(kh_stream *s, int err)
         kh_conn_close(c);
 }
 
+static size_t h1_queued(kh_stream *s)
+{
+    kh_conn *c = s->proto;
+    return c ? kh_conn_out_pending(c) : 0;
+}
+
+static void h1_consumed(kh_stream *s, size_t n)
+{
+    (void)n;
+    kh_conn *c = s->proto;
+    h1_stream *hs = HS(s);
+    if (c == NULL || !hs->win_paused || s->body.len >= c->w->limits->body_window)
+        return;
+    hs->win_paused = 0;
+    if (H(c)->phase == PH_TUNNEL)
+        kh_conn_set_timeout(c, KH_TO_TUNNEL);
+    else if (H(c)->phase == PH_BODY)
+        kh_conn_set_timeout(c, KH_TO_BODY);
+    kh_conn_resume(c); /* the bytes waiting in `in` are offered again at the next flush */
+}
+
+static int h1_tunnel(kh_stream *s, const kh_header *hdr, size_t n)
+{
+    kh_conn *c = s->proto;
+    h1_conn *h = H(c);
+    h1_stream *hs = HS(s);
+    size_t need = 128 + strlen(s->tunnel_proto);
+    for (size_t i = 0; i < n; i++)
+        need += hdr[i].name.len + hdr[i].value.len + 4;
+    char *o = kh_conn_out_reserve(c, need);
+    char *start = o;
+    o = PUT_LIT(o, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ");
+    o = put(o, s->tunnel_proto, strlen(s->tunnel_proto));
+    o = PUT_LIT(o, "\r\n");
+    for (size_t i = 0; i < n; i++) {
+        kh_str nm = hdr[i].name;
+        if (kh_str_ieq_lower(nm, "content-length", 14) ||
+            kh_str_ieq_lower(nm, "transfer-encoding", 17) ||
+            kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "upgrade", 7))
+            continue;
+        o = put(o, nm.ptr, nm.len);
+        o = PUT_LIT(o, ": ");
+        o = put(o, hdr[i].value.ptr, hdr[i].value.len);
+        o = PUT_LIT(o, "\r\n");
+    }
+    o = PUT_LIT(o, "\r\n");
+    kh_conn_out_commit(c, (size_t)(o - start));
+    hs->keepalive = 0; /* the connection ends with the tunnel */
+    hs->resp_chunked = 0;
+    h->phase = PH_TUNNEL;
+    kh_conn_set_timeout(c, KH_TO_TUNNEL);
+    kh_conn_resume(c); /* bytes that came after the head wait in `in` */
+    return 0;
+}
+
 static const kh_sink_vt h1_sink = {
     .name = "h1",
     .head = h1_head,
@@ -692,4 +838,7 @@ static const kh_sink_vt h1_sink = {
     .want_body = h1_want_body,
     .reset = h1_reset,
     .alt_svc = kh_conn_alt_svc,
+    .queued = h1_queued,
+    .consumed = h1_consumed,
+    .tunnel = h1_tunnel,
 };

@@ -14,6 +14,15 @@
  * are already buffered (most handlers find their body complete) and a HEADERS + RST_STREAM pair
  * in one read (rapid reset) never reaches the app.
  *
+ * Streams (kh_stream.h's seam): sink queued is the stream's bytes nghttp2 has not taken yet;
+ * streams waiting for drain are told at the end of h2_on_flush, after mem_send and outside any
+ * nghttp2 callback. An incremental body (or a tunnel) gives the connection's window back as
+ * DATA arrives but the stream's only as the app consumes (nghttp2_session_consume_stream), so a
+ * stream buffers at most its window (h2_stream_window). SETTINGS_ENABLE_CONNECT_PROTOCOL is
+ * sent (RFC 8441): a CONNECT with :protocol is marked a tunnel request; accepted, it answers 200
+ * with no content-length and carries DATA both ways; its idle time is KH_TO_TUNNEL's while
+ * tunnels are all the connection has open.
+ *
  * Stream-state checks nghttp2 does not make in our configuration (SETTINGS_NO_RFC7540_PRIORITIES
  * and no closed-stream objects) are ours, made by a frame scanner in front of mem_recv: the
  * scanner finds each frame header in the input and, before one whose check depends on stream
@@ -90,6 +99,8 @@ enum {
     HS_RST_SENT = 1u << 8,  /* we sent RST_STREAM: the peer's frames in flight are ignored */
     HS_RST_RECV = 1u << 9,  /* the peer sent RST_STREAM */
 };
+
+static void drain_streams(h2_conn *h);
 
 typedef struct h2_stream {
     kh_stream *next, *prev;
@@ -452,7 +463,7 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
     kh_conn *c = h->c;
     h2_stream *hs = HS(s);
     hs->flags |= HS_HEAD_DONE;
-    kh_str method = {0}, path = {0}, authority = {0}, scheme = {0}, host = {0};
+    kh_str method = {0}, path = {0}, authority = {0}, scheme = {0}, host = {0}, protocol = {0};
     int64_t clen = -1;
     size_t nf = hs->nfields;
     kh_header *fields = kh_xmalloc((nf + 2) * sizeof *fields);
@@ -477,6 +488,8 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
                     authority = val;
                 else if (is_pseudo(nm, ":scheme"))
                     scheme = val;
+                else if (is_pseudo(nm, ":protocol"))
+                    protocol = val; /* RFC 8441 §4; nghttp2 allows it on CONNECT only */
                 continue;
             }
             if (kh_str_eq(nm, "cookie", 6)) {
@@ -530,10 +543,15 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
     free(fields);
     kh_buf_release(&cookie, NULL);
     kh_buf_release(&hs->buf, &c->w->bufs);
-    if (end_stream)
+    if (protocol.len && kh_str_eq(method, "CONNECT", 7) && !end_stream) {
+        /* extended CONNECT (RFC 8441): a tunnel request; its DATA is the tunnel's, read once
+         * the app accepts (kh_stream_accept_tunnel), so no body is expected before that */
+        kh_stream_mark_tunnel(s, protocol);
         kh_stream_expect_body(s, 0);
-    else
-        kh_stream_expect_body(s, clen); /* over body_bytes: kh_stream_on_head answers 413 */
+    } else if (end_stream)
+        kh_stream_expect_body(s, 0);
+    else if (kh_stream_expect_body(s, clen) != 0) /* over body_bytes: on_head answers 413 */
+        kh_stream_allow_large_body(s);             /* unless the route streams its body */
     queue_dispatch(h, s);
 }
 
@@ -653,7 +671,11 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     /* The window is given back once the bytes are buffered (or dropped), never before: with
      * NO_AUTO_WINDOW_UPDATE the peer can have at most one window in flight beyond what the
      * stream accepted (RFC 9113 §5.2). */
-    if (s)
+    if (s && (s->flags & KH_STREAM_F_BODY_STREAM) && s->proto) {
+        /* incremental body / tunnel: the stream's window comes back as the app consumes
+         * (h2_consumed); the connection's now, so one slow reader holds no other stream */
+        nghttp2_session_consume_connection(ng, len);
+    } else if (s)
         nghttp2_session_consume(ng, id, len);
     else
         nghttp2_session_consume_connection(ng, len);
@@ -771,6 +793,8 @@ static void submit_settings(h2_conn *h)
         /* advisory (RFC 9113 §6.5.2); on_header enforces it */
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)l->header_bytes},
         {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
+        /* RFC 8441: extended CONNECT (WebSocket over HTTP/2) */
+        {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1},
     };
     nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, KH_ARRAY_LEN(iv));
     /* the connection window starts at 65535 whatever SETTINGS say (RFC 9113 §6.9.2) */
@@ -871,11 +895,19 @@ static int draining(h2_conn *h, kh_stream *s)
 static void update_timer(kh_conn *c, h2_conn *h)
 {
     int kind = KH_TO_NONE;
-    int heading = 0, reading = 0, blocked = 0;
+    int heading = 0, reading = 0, blocked = 0, tunnels = 0, others = 0;
     for (kh_stream *s = h->streams; s; s = HS(s)->next) {
         h2_stream *hs = HS(s);
+        if (s->flags & KH_STREAM_F_TUNNEL)
+            tunnels = 1;
+        else
+            others = 1;
         if (!(hs->flags & HS_HEAD_DONE))
             heading = 1;
+        else if (s->flags & KH_STREAM_F_TUNNEL)
+            ; /* its own idle time (below), never the body timeout */
+        else if ((s->flags & KH_STREAM_F_BODY_STREAM) && s->body.len)
+            ; /* the app has not consumed yet: the client is not the slow one */
         else if (s->body_state == KH_BODY_READING || draining(h, s))
             reading = 1;
         if ((hs->flags & HS_SUBMITTED) && hs->buf.len > hs->off)
@@ -889,6 +921,8 @@ static void update_timer(kh_conn *c, h2_conn *h)
         kind = KH_TO_BODY;
     else if (h->nstreams == 0)
         kind = KH_TO_IDLE;
+    else if (tunnels && !others)
+        kind = KH_TO_TUNNEL;
     if (kind != c->timer_kind || ((h->flags & H2_PROGRESS) && kind != KH_TO_IDLE))
         kh_conn_set_timeout(c, kind);
     h->flags &= ~H2_PROGRESS;
@@ -1002,6 +1036,16 @@ again:
         set_H(c, NULL);
         return 0;
     }
+    /* after mem_send, outside nghttp2: streams whose queue went down may write again (what
+     * they write waits for the next pass: one batch per loop turn) */
+    for (kh_stream *s = h->streams; s; s = HS(s)->next)
+        if (s->flags & KH_STREAM_F_WANT_DRAIN) {
+            drain_streams(h);
+            if (c->flags & KH_CONN_F_CLOSING)
+                return 0;
+            more = 1;
+            break;
+        }
     if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng)) {
         if (!(h->flags & H2_CLOSING)) {
             h->flags |= H2_CLOSING;
@@ -1065,6 +1109,15 @@ static void h2_on_timeout(kh_conn *c, int kind)
         kh_worker_schedule_flush(c->w, c);
         return;
     }
+    if (kind == KH_TO_TUNNEL) {
+        /* only tunnels are open and none moved a byte for tunnel_idle_timeout_ms */
+        for (kh_stream *s = h->streams; s; s = HS(s)->next)
+            if ((s->flags & KH_STREAM_F_TUNNEL) && !(HS(s)->flags & HS_RST_SENT))
+                nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_CANCEL);
+        kh_conn_set_timeout(c, KH_TO_NONE);
+        kh_worker_schedule_flush(c->w, c);
+        return;
+    }
     /* idle (RFC 9113 §9.1: a server may close an idle connection, with GOAWAY), a head that
      * never completed, or a response the peer's window has held back for write_timeout_ms */
     kh_conn_set_timeout(c, KH_TO_NONE);
@@ -1086,6 +1139,11 @@ static void h2_on_shutdown(kh_conn *c)
      * and the client may retry them elsewhere */
     nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->ng),
                           NGHTTP2_NO_ERROR, NULL, 0);
+    /* long-lived streams (an idle SSE stream, a tunnel) would hold the stop until the grace
+     * period: they end now (CANCEL; the app hears on_abort) */
+    for (kh_stream *s = h->streams; s; s = HS(s)->next)
+        if ((s->flags & (KH_STREAM_F_HELD | KH_STREAM_F_TUNNEL)) && !(HS(s)->flags & HS_RST_SENT))
+            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_CANCEL);
     kh_worker_schedule_flush(c->w, c);
 }
 
@@ -1281,6 +1339,45 @@ static void h2_reset(kh_stream *s, int err)
     kh_worker_schedule_flush(c->w, c);
 }
 
+static size_t h2_queued(kh_stream *s)
+{
+    h2_stream *hs = HS(s);
+    return hs->buf.len - hs->off;
+}
+
+static void h2_consumed(kh_stream *s, size_t n)
+{
+    kh_conn *c = s->proto;
+    if (c == NULL || HS(s)->id == 0)
+        return;
+    h2_conn *h = H(c);
+    h->depth++;
+    nghttp2_session_consume_stream(h->ng, HS(s)->id, n); /* WINDOW_UPDATE when due */
+    h->depth--;
+    kh_worker_schedule_flush(c->w, c);
+}
+
+static int h2_tunnel(kh_stream *s, const kh_header *hdr, size_t n)
+{
+    /* RFC 8441 §5: a 2xx answers the extended CONNECT; DATA follows both ways */
+    return h2_head(s, 200, hdr, n, -1);
+}
+
+/* Tells the streams waiting for drain whose queue is at or below the low-water mark. The app
+ * runs from here: it may write (h2_data, which never changes the stream list) or end streams,
+ * which close only inside a later mem_send. */
+static void drain_streams(h2_conn *h)
+{
+    kh_stream *next;
+    for (kh_stream *s = h->streams; s; s = next) {
+        next = HS(s)->next;
+        if (s->flags & KH_STREAM_F_WANT_DRAIN)
+            kh_stream_on_drain(s);
+        if (h->c->flags & KH_CONN_F_CLOSING)
+            return;
+    }
+}
+
 static const kh_sink_vt h2_sink = {
     .name = "h2",
     .head = h2_head,
@@ -1288,4 +1385,7 @@ static const kh_sink_vt h2_sink = {
     .want_body = h2_want_body,
     .reset = h2_reset,
     .alt_svc = kh_conn_alt_svc,
+    .queued = h2_queued,
+    .consumed = h2_consumed,
+    .tunnel = h2_tunnel,
 };

@@ -70,7 +70,17 @@
     X(http_client_header_fields, 100, 4, 10000, "max header fields in a k.http response head") \
     X(http_client_body_bytes, 8388608, 0, 1099511627776ULL, "default max_body of a k.http response (after decoding)") \
     X(http_client_timeout_ms, 60000, 1, 86400000, "default timeout of a whole k.http request (redirects included)") \
-    X(http_client_redirects, 5, 0, 100, "default number of redirects k.http follows")
+    X(http_client_redirects, 5, 0, 100, "default number of redirects k.http follows") \
+    X(stream_high_water, 65536, 1024, 67108864, "bytes a streamed response (res:write, SSE) may queue before the writer waits (resumes at half)") \
+    X(body_window, 262144, 1024, 67108864, "bytes of an incremental request body (req:body_reader, tunnels) buffered before reading pauses") \
+    X(sse_keepalive_ms, 15000, 0, 3600000, "SSE keep-alive comment after this long without an event (0: off)") \
+    X(stream_out_cap, 1048576, 1024, 1073741824, "bytes k.send_to may queue on a stream before the slow consumer is ended") \
+    X(tunnel_idle_timeout_ms, 600000, 50, 86400000, "an upgraded stream (tunnel) with no byte either way this long is closed") \
+    X(ws_message_bytes, 1048576, 125, 1073741824, "max bytes of a WebSocket message, after inflation (close 1009)") \
+    X(ws_frame_bytes, 1048576, 125, 1073741824, "max payload bytes of one WebSocket frame (close 1009)") \
+    X(ws_queue, 16, 1, 65536, "WebSocket messages decoded ahead of the message handler before reading pauses") \
+    X(ws_deflate, 1, 0, 1, "1: accept permessage-deflate (RFC 7692, no context takeover either way)") \
+    X(ws_close_timeout_ms, 5000, 50, 600000, "after our close frame, wait this long for the peer's before dropping the connection")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

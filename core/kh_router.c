@@ -149,8 +149,8 @@ static const intptr_t *node_lookup(const route_node *n, const match_ctx *cx)
         for (uint32_t i = 0; i < nh; i++)
             if (h[i].method_len == 3 && memcmp(h[i].method, "GET", 3) == 0)
                 return &h[i].value;
-    if (n->has_any)
-        return &n->any_value;
+    if (n->has_any && !(cx->method.len && cx->method.ptr[0] == '@'))
+        return &n->any_value; /* "*" answers every HTTP method, never a tunnel kind */
     return NULL;
 }
 
@@ -210,8 +210,8 @@ static void format_allow(const kh_router *r, uint64_t set, char *buf)
     char *w = buf;
     for (uint32_t i = 0; i < r->nmethods; i++) {
         uint32_t id = r->order[i];
-        if (!(set >> id & 1))
-            continue;
+        if (!(set >> id & 1) || r->methods[id].ptr[0] == '@')
+            continue; /* a tunnel kind ("@websocket") is no HTTP method */
         if (w != buf) {
             memcpy(w, ", ", 2);
             w += 2;
@@ -547,7 +547,8 @@ int kh_router_add(kh_router *r, const char *method, size_t method_len, const cha
         return fail(err, "null argument");
     if (method_len == 0)
         return fail(err, "invalid method token");
-    for (size_t i = 0; i < method_len; i++)
+    /* "@name": a route of the tunnel kind `name` (kh_router.h) */
+    for (size_t i = method[0] == '@' && method_len > 1 ? 1 : 0; i < method_len; i++)
         if (!is_tchar((unsigned char)method[i]))
             return fail(err, "invalid method token");
     int is_any = method_len == 1 && method[0] == '*';

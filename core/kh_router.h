@@ -40,7 +40,11 @@ typedef struct kh_route_match {
 kh_router *kh_router_new(void);
 void kh_router_free(kh_router *r);
 
-/* Adds a route. method: an HTTP method token ("GET", "PURGE", ...) or "*" for any method.
+/* Adds a route. method: an HTTP method token ("GET", "PURGE", ...) or "*" for any method, or
+ * "@" + a tunnel protocol ("@websocket"): a route kind of its own, matched only for a stream
+ * the protocol marked as a tunnel request (kh_stream_mark_tunnel: an h1 GET + Upgrade, an h2
+ * extended CONNECT with :protocol), never by "*", never listed in Allow, never reachable by a
+ * request method (no HTTP method can start with '@'). Same patterns as other routes.
  * pattern: starts with '/'; segments are literal, ":name" (one non-empty segment) or, as the last
  * segment only, "*name" (the rest of the path, possibly empty, may contain '/'). The pattern is
  * put in kh_path's normal form first (KH_PATH_PATTERN: "%7e" is "~", "/café" is "/caf%C3%A9");

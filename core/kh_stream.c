@@ -48,6 +48,7 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
     }
     /* Clear only the request-scoped header; the params array is filled up to num_params. */
     memset(s, 0, offsetof(kh_stream, params));
+    s->params = s->params_inline;
     s->gen = gen;
     s->sink = sink;
     s->proto = proto;
@@ -61,6 +62,7 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
     s->app_data = NULL;
     s->app_wait = 0;
     s->app_defer = NULL;
+    s->tunnel_proto[0] = '\0';
     s->inst = NULL;
     s->body_limit = w->limits->body_bytes;
     s->start_ms = uv_now(&w->loop);
@@ -83,6 +85,9 @@ void kh_stream_release(kh_stream *s)
     }
     free(s->arena);
     s->arena = NULL;
+    if (s->params != s->params_inline)
+        free(s->params);
+    s->params = s->params_inline;
     kh_buf_release(&s->body, &w->bufs);
     kh_compress_free(s->compress); /* a compressed reply that never finished */
     s->compress = NULL;
@@ -205,6 +210,8 @@ int kh_stream_on_body(kh_stream *s, const char *p, size_t n)
     }
     s->body_received += n;
     kh_buf_append(&s->body, &s->worker->bufs, p, n);
+    if (s->flags & KH_STREAM_F_BODY_STREAM)
+        notify_body(s); /* incremental: every arrival wakes a reader (the window bounds s->body) */
     return 0;
 }
 
@@ -240,7 +247,22 @@ void kh_stream_on_head(kh_stream *s)
     kh_route_match m;
     m.num_params = 0;
     const kh_router *rt = w->inst ? w->inst->router : w->router;
-    kh_router_match(rt, s->method, s->path, &m);
+    if (s->flags & KH_STREAM_F_TUNNEL_REQ) {
+        /* a route of the tunnel kind ("@websocket") first; without one the request is an
+         * ordinary one (an h1 GET + Upgrade is served as HTTP/1.1, the Upgrade ignored) */
+        char kind[KH_TUNNEL_PROTO_MAX + 1];
+        size_t klen = strlen(s->tunnel_proto);
+        kind[0] = '@';
+        memcpy(kind + 1, s->tunnel_proto, klen);
+        kh_router_match(rt, (kh_str){kind, klen + 1}, s->path, &m);
+        if (m.status != 0 && m.status != 400) {
+            s->flags &= ~KH_STREAM_F_TUNNEL_REQ;
+            m.num_params = 0;
+            kh_router_match(rt, s->method, s->path, &m);
+        }
+    } else {
+        kh_router_match(rt, s->method, s->path, &m);
+    }
     if (m.status == 400) {
         kh_stream_respond_error(s, 400, "a path parameter holds a '..' segment", 0);
         return;
@@ -253,15 +275,26 @@ void kh_stream_on_head(kh_stream *s)
         kh_stream_respond_error(s, 404, "Not Found", 0);
         return;
     }
-    else if (m.status == 405) {
+    else if (m.status == 405 && m.allow[0] == '\0') {
+        /* the path has routes of a tunnel kind only (k.websocket): RFC 9110 §15.5.22 */
+        kh_stream_respond_error(s, 426, "Upgrade Required", 0);
+        return;
+    } else if (m.status == 405) {
         kh_header allow = {KH_STR_LIT("Allow"), {m.allow, strlen(m.allow)}};
         kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain; charset=utf-8")};
         kh_header hs[2] = {allow, ct};
         kh_stream_respond(s, 405, hs, 2, "Method Not Allowed\n", 19);
         return;
     }
+    if (m.value & KH_ROUTE_BODY_STREAM) {
+        m.value &= ~KH_ROUTE_BODY_STREAM;
+        if (s->body_state == KH_BODY_READING)
+            kh_stream_body_stream(s); /* declared for the route: no body_bytes, a window */
+    }
     s->route_value = m.value;
     s->num_params = (uint32_t)m.num_params;
+    if (m.num_params > KH_ARRAY_LEN(s->params_inline))
+        s->params = kh_xmalloc(m.num_params * sizeof m.params[0]);
     memcpy(s->params, m.params, m.num_params * sizeof m.params[0]);
     s->flags |= KH_STREAM_F_APP;
     kh_stream_retain(s);
@@ -280,7 +313,11 @@ void kh_stream_on_reset(kh_stream *s, int err)
     s->proto = NULL;
     if (s->body_state == KH_BODY_READING)
         s->body_state = KH_BODY_ABORTED;
-    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED) && !app_gone(s)) {
+    /* (ws branch) an app still waiting on the body of a stream whose response it ended (a
+     * tunnel ended by a push from another coroutine while its reader waits for input) is told
+     * too, or its coroutine would wait forever and keep the stream */
+    if ((s->flags & KH_STREAM_F_APP) && (!(s->flags & KH_STREAM_F_ENDED) || s->app_wait) &&
+        !app_gone(s)) {
         kh_worker *w = s->worker;
         w->cfg->app->on_abort(stream_app(s), s);
     }
@@ -584,6 +621,145 @@ int kh_stream_respond_error(kh_stream *s, int status, const char *text, int clos
     int len = snprintf(body, sizeof body, "%s\n", text);
     kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain; charset=utf-8")};
     return kh_stream_respond(s, status, &ct, 1, body, (size_t)len);
+}
+
+/* ---- the streaming seam ---- */
+
+void kh_stream_mark_tunnel(kh_stream *s, kh_str proto)
+{
+    if (proto.len == 0 || proto.len >= KH_TUNNEL_PROTO_MAX)
+        return;
+    for (size_t i = 0; i < proto.len; i++) {
+        char ch = proto.ptr[i];
+        s->tunnel_proto[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
+    }
+    s->tunnel_proto[proto.len] = '\0';
+    s->flags |= KH_STREAM_F_TUNNEL_REQ;
+}
+
+size_t kh_stream_queued(const kh_stream *s)
+{
+    if (s->proto == NULL || s->sink->queued == NULL)
+        return 0;
+    return s->sink->queued((kh_stream *)s);
+}
+
+static size_t low_water(const kh_stream *s)
+{
+    return s->worker->limits->stream_high_water / 2;
+}
+
+int kh_stream_want_drain(kh_stream *s)
+{
+    if (s->proto == NULL)
+        return KH_ECLOSED;
+    if (kh_stream_queued(s) <= low_water(s)) {
+        s->flags &= ~KH_STREAM_F_WANT_DRAIN;
+        return 1;
+    }
+    s->flags |= KH_STREAM_F_WANT_DRAIN;
+    return 0;
+}
+
+void kh_stream_on_drain(kh_stream *s)
+{
+    if (!(s->flags & KH_STREAM_F_WANT_DRAIN) || s->proto == NULL)
+        return;
+    if (kh_stream_queued(s) > low_water(s))
+        return;
+    s->flags &= ~KH_STREAM_F_WANT_DRAIN;
+    kh_worker *w = s->worker;
+    if ((s->flags & KH_STREAM_F_APP) && w->cfg->app->on_drain && !app_gone(s)) {
+        kh_stream_retain(s); /* the app may end the stream from its callback */
+        w->cfg->app->on_drain(stream_app(s), s); /* the stream's own instance (hot reload) */
+        kh_stream_release(s);
+    }
+}
+
+int kh_stream_body_stream(kh_stream *s)
+{
+    if (s->flags & KH_STREAM_F_BODY_STREAM)
+        return 0;
+    if (s->body_state != KH_BODY_READING || s->proto == NULL)
+        return KH_EPROTO;
+    s->flags |= KH_STREAM_F_BODY_STREAM;
+    s->body_limit = UINT64_MAX; /* the window bounds memory; the app counts if it wants to */
+    return 0;
+}
+
+int kh_stream_allow_large_body(kh_stream *s)
+{
+    if (s->body_state != KH_BODY_TOO_LARGE || s->path_error)
+        return 0;
+    kh_route_match m;
+    m.num_params = 0;
+    if (kh_router_match(s->worker->router, s->method, s->path, &m) != 0 ||
+        !(m.value & KH_ROUTE_BODY_STREAM))
+        return 0;
+    s->body_state = KH_BODY_READING;
+    s->flags |= KH_STREAM_F_BODY_STREAM;
+    s->body_limit = UINT64_MAX;
+    return 1;
+}
+
+void kh_stream_body_consume(kh_stream *s, size_t n)
+{
+    if (n > s->body.len)
+        n = s->body.len;
+    if (n == 0)
+        return;
+    kh_buf_consume(&s->body, n);
+    if (s->body.len == 0)
+        kh_buf_release(&s->body, &s->worker->bufs);
+    if (s->proto && (s->flags & KH_STREAM_F_BODY_STREAM) && s->sink->consumed)
+        s->sink->consumed(s, n);
+}
+
+int kh_stream_accept_tunnel(kh_stream *s, const kh_header *h, size_t n)
+{
+    if (s->proto == NULL)
+        return KH_ECLOSED;
+    if (!(s->flags & KH_STREAM_F_TUNNEL_REQ) || (s->flags & KH_STREAM_F_HEAD_SENT) ||
+        s->sink->tunnel == NULL)
+        return KH_EPROTO;
+    for (size_t i = 0; i < n; i++)
+        if (!header_ok(&h[i]))
+            return KH_EINVAL;
+    s->flags |= KH_STREAM_F_HEAD_SENT | KH_STREAM_F_TUNNEL | KH_STREAM_F_BODY_STREAM;
+    s->status = s->version_major == 1 ? 101 : 200;
+    s->body_state = KH_BODY_READING;
+    s->body_expected = -1;
+    s->body_limit = UINT64_MAX;
+    return s->sink->tunnel(s, h, n);
+}
+
+void kh_stream_hold(kh_stream *s)
+{
+    if (s->flags & KH_STREAM_F_HELD)
+        return;
+    s->flags |= KH_STREAM_F_HELD;
+    /* keep method and path (the access log line), drop the rest of the head */
+    size_t ml = s->method.len, pl = KH_MIN(s->path.len, (size_t)256);
+    char *a = kh_xmalloc(ml + pl + 2);
+    memcpy(a, s->method.ptr ? s->method.ptr : "", ml);
+    a[ml] = '\0';
+    memcpy(a + ml + 1, s->path.ptr ? s->path.ptr : "", pl);
+    a[ml + 1 + pl] = '\0';
+    free(s->arena);
+    s->arena = a;
+    s->method = (kh_str){a, ml};
+    s->path = (kh_str){a + ml + 1, pl};
+    s->target = s->path;
+    s->query = (kh_str){NULL, 0};
+    s->authority = (kh_str){NULL, 0};
+    s->headers = NULL;
+    s->num_headers = 0;
+    s->num_params = 0; /* they pointed into the arena */
+    if (s->params != s->params_inline)
+        free(s->params);
+    s->params = s->params_inline;
+    if (s->body_state != KH_BODY_READING)
+        kh_buf_release(&s->body, &s->worker->bufs);
 }
 
 const char *kh_status_reason(int status)

@@ -6,6 +6,29 @@
  * Out:   protocol-neutral sink calls (kh_sink_vt), app events (kh_app_vt), the access log line.
  * Never: knows a wire format, touches a socket, or includes a Lua header.
  *
+ * The seam (issue 10), the same for h1, h2 and later h3 (RFC 9220 plugs into the same calls):
+ *  - Output backpressure: the sink reports what a stream has queued (sink->queued, bytes of this
+ *    stream's response accepted and not yet on the socket). An app that streams (res:write, SSE)
+ *    asks kh_stream_want_drain once the queue passes stream_high_water; the protocol calls
+ *    kh_stream_on_drain when it may have shrunk (h1: in its flush pass, i.e. after a socket write
+ *    completed; h2: after mem_send, never inside an nghttp2 callback), and the app gets
+ *    kh_app_vt.on_drain once the queue is at or below half the mark (the low-water mark).
+ *  - Incremental request body: kh_stream_body_stream switches a stream whose body is still coming
+ *    to a bounded window: body_bytes no longer applies, s->body holds at most about body_window
+ *    bytes (h1 stops reading past it; h2 gives the stream's flow-control window back only as the
+ *    app consumes, the connection's at once), each arrival calls kh_app_vt.on_body, and the app
+ *    takes bytes with kh_stream_body_consume.
+ *  - Tunnels (WebSocket on h1 GET + Upgrade, h2 extended CONNECT with :protocol (RFC 8441), h3
+ *    RFC 9220 later): the protocol marks such a request KH_STREAM_F_TUNNEL_REQ with the protocol
+ *    name in s->tunnel_proto ("websocket"); routing then looks for a route of the tunnel kind
+ *    ("@websocket" in kh_router.h), falling back to ordinary routing when there is none (an h1
+ *    GET is then served as HTTP/1.1). The app validates the handshake (its own fields, e.g.
+ *    Sec-WebSocket-Key, are in the headers) and calls kh_stream_accept_tunnel: 101 on h1, 200 on
+ *    h2. From then on inbound bytes arrive as an incremental body with no body_bytes cap, no
+ *    body/header timeout (tunnel_idle_timeout_ms instead), the peer's end of input as the body's
+ *    end (KH_BODY_COMPLETE), and kh_stream_send_data carries outbound bytes, fin ending the
+ *    tunnel (h1 closes the connection, h2 ends the stream).
+ *
  * Lifetime: streams come from a per-worker pool and are never handed back to malloc while the
  * worker runs, so a stale {pointer, generation} pair held by Lua can always be checked safely
  * (style.md "Buffers": h2o's DATA_PTR reset, done by generation). A stream holds one ref for its
@@ -55,6 +78,17 @@ typedef struct kh_sink_vt {
     void (*reset)(kh_stream *s, int err);
     /* Optional: the Alt-Svc value to advertise on this stream's responses (h3 on TCP), or NULL. */
     const char *(*alt_svc)(const kh_stream *s);
+    /* Bytes of this stream's response accepted and not yet written to the socket (h1: the
+     * connection's out queue, one stream at a time; h2: the stream's bytes nghttp2 has not
+     * taken yet). */
+    size_t (*queued)(kh_stream *s);
+    /* The app took n bytes of an incremental body out of s->body (kh_stream_body_consume):
+     * h1 reads again once below the window, h2 gives n bytes of the stream's window back. */
+    void (*consumed)(kh_stream *s, size_t n);
+    /* Accepts a tunnel request (KH_STREAM_F_TUNNEL_REQ): h1 sends 101 Switching Protocols with
+     * Connection: Upgrade, Upgrade: <s->tunnel_proto> and h; h2 sends a 200 with h and no
+     * content-length. Then both carry raw bytes both ways (see the file comment). */
+    int (*tunnel)(kh_stream *s, const kh_header *h, size_t n);
 } kh_sink_vt;
 
 enum kh_body_state {
@@ -73,10 +107,25 @@ enum {
     KH_STREAM_F_APP = 1u << 5,        /* dispatched to the app, which holds a ref */
     KH_STREAM_F_TLS = 1u << 6,        /* the connection is secure (h1/h2 over TLS; h3): set by the
                                        * protocol, read by kh_stream_send_head (HSTS, nosniff) */
+    KH_STREAM_F_WANT_DRAIN = 1u << 7, /* the app waits for on_drain (kh_stream_want_drain) */
+    KH_STREAM_F_BODY_STREAM = 1u << 8, /* the body is read incrementally under body_window */
+    KH_STREAM_F_TUNNEL_REQ = 1u << 9, /* the request asks for a tunnel (s->tunnel_proto) */
+    KH_STREAM_F_TUNNEL = 1u << 10,    /* the tunnel is accepted: raw bytes both ways */
+    KH_STREAM_F_HELD = 1u << 11,      /* an idle long-lived stream (SSE held after its handler):
+                                       * its request head arena was released (memory) */
     KH_STREAM_F_COND = 1u << 12,      /* a GET/HEAD with If-None-Match or If-Modified-Since:
                                        * send_head may turn a 200 into 304 (kh_cond.h) */
     KH_STREAM_F_CODED = 1u << 13,     /* compression was decided (kh_stream_respond) */
 };
+
+/* A route value (kh_router_add) with this bit set belongs to a route whose handler reads the
+ * body incrementally (req:body_reader): a declared body over body_bytes is not answered 413 but
+ * dispatched, the body switched to incremental reading. The bit is cleared from
+ * s->route_value before dispatch (the app's own values stay below it). */
+#define KH_ROUTE_BODY_STREAM ((intptr_t)1 << 30)
+
+/* Longest tunnel protocol name kept (RFC 8441 :protocol / Upgrade token), NUL included. */
+#define KH_TUNNEL_PROTO_MAX 16
 
 struct kh_stream {
     const kh_sink_vt *sink;
@@ -109,7 +158,9 @@ struct kh_stream {
     intptr_t route_value;
     int route_status; /* 0 matched; 404 / 405 when route_value is the router's fallback */
     uint32_t num_params;
-    kh_route_param params[KH_ROUTER_MAX_PARAMS];
+    kh_route_param *params; /* params_inline, or malloc'd for more than two (freed with s):
+                             * an idle long-lived stream keeps no room for 16 (issue 10) */
+    kh_route_param params_inline[2];
 
     /* response */
     struct kh_compress *compress; /* the body's encoder while a streamed reply is compressed */
@@ -124,6 +175,9 @@ struct kh_stream {
                       * then keeps KH_STREAM_F_APP and a ref after its coroutine ended */
     kh_app_inst *inst; /* the app instance it was dispatched to (kh_app.h), retained until the
                         * stream is freed: every later app call for it goes to inst->app */
+
+    /* tunnel request: the protocol asked for, lower case ("websocket"); "" when none */
+    char tunnel_proto[KH_TUNNEL_PROTO_MAX];
 
     /* protocol side, opaque to everyone else (the h1 chunked decoder lives here) */
     uint64_t proto_area[12];
@@ -174,6 +228,39 @@ int kh_stream_respond_error(kh_stream *s, int status, const char *text, int clos
 void kh_stream_want_body(kh_stream *s);
 /* Looks up a request header by lower-case name; NULL when absent. */
 const kh_header *kh_stream_header(const kh_stream *s, const char *lname, size_t len);
+
+/* ---- the streaming seam (see the file comment) ---- */
+
+/* Marks a tunnel request; proto (e.g. "websocket") is lower-cased and must be shorter than
+ * KH_TUNNEL_PROTO_MAX (else the request is not marked). Protocol side, before on_head. */
+void kh_stream_mark_tunnel(kh_stream *s, kh_str proto);
+/* Bytes of the response queued and not yet on the socket (0 once the protocol is gone). */
+size_t kh_stream_queued(const kh_stream *s);
+/* Returns 1 when the queue is at or below the low-water mark (stream_high_water / 2): no wait.
+ * Else sets KH_STREAM_F_WANT_DRAIN and returns 0: kh_app_vt.on_drain comes once it is (or
+ * on_abort, when the peer goes first). KH_ECLOSED when the protocol is gone. */
+int kh_stream_want_drain(kh_stream *s);
+/* Protocol side: the queue may have shrunk. Calls on_drain when the app waits and the queue is
+ * at or below the low-water mark. Never call it inside a protocol library's callback: the app
+ * runs from here (it writes again at once). */
+void kh_stream_on_drain(kh_stream *s);
+/* Switches the request body to incremental reading (see the file comment). Returns 0, or
+ * KH_EPROTO when the body is no longer coming (complete, aborted, too large: read s->body or
+ * the state instead). Idempotent. */
+int kh_stream_body_stream(kh_stream *s);
+/* Protocol side, after kh_stream_expect_body said KH_ELIMIT: returns 1 when the route takes
+ * bodies incrementally (KH_ROUTE_BODY_STREAM): the body is then READING, incremental, with no
+ * body_bytes cap; 0 when the 413 stands. */
+int kh_stream_allow_large_body(kh_stream *s);
+/* The app has taken the first n bytes of s->body (incremental body only). */
+void kh_stream_body_consume(kh_stream *s, size_t n);
+/* Accepts a tunnel request: 101 (h1) / 200 (h2) with h, then tunnel mode. KH_EPROTO when the
+ * request is not a tunnel request or a head is out, KH_EINVAL for a bad header, KH_ECLOSED. */
+int kh_stream_accept_tunnel(kh_stream *s, const kh_header *h, size_t n);
+/* An idle long-lived stream (an SSE stream held after its handler): frees the request head's
+ * arena, keeping only what the access log needs (method and path, truncated to fit in
+ * proto-neutral room). Headers, target, query and authority read as empty afterwards. */
+void kh_stream_hold(kh_stream *s);
 
 /* "Not Found" for 404, etc.; "" for unknown codes. */
 const char *kh_status_reason(int status);

@@ -35,6 +35,7 @@ static void on_timeout_write(kh_timer *t) { kh__conn_on_timer(t, KH_TO_WRITE); }
 static void on_timeout_linger(kh_timer *t) { kh__conn_on_timer(t, KH_TO_LINGER); }
 static void on_timeout_tls(kh_timer *t) { kh__conn_on_timer(t, KH_TO_TLS_HANDSHAKE); }
 static void on_timeout_write_check(kh_timer *t) { kh__conn_on_timer(t, KH_TO_WRITE_CHECK); }
+static void on_timeout_tunnel(kh_timer *t) { kh__conn_on_timer(t, KH_TO_TUNNEL); }
 
 void kh_worker_flush_later(kh_worker *w, kh_wconn *wc)
 {
@@ -727,6 +728,7 @@ static int worker_prepare(kh_worker *w, int id, const kh_config *cfg)
     kh_timeq_init(&w->timeq[KH_TO_TLS_HANDSHAKE], l->tls_handshake_timeout_ms, on_timeout_tls);
     /* a pending write is checked for progress four times per write_timeout_ms (kh_conn.c) */
     kh_timeq_init(&w->timeq[KH_TO_WRITE_CHECK], l->write_timeout_ms / 4, on_timeout_write_check);
+    kh_timeq_init(&w->timeq[KH_TO_TUNNEL], l->tunnel_idle_timeout_ms, on_timeout_tunnel);
     /* One tick drives every timeout queue; a quarter of the shortest timeout keeps the error
      * within 25% without waking an idle worker more than a few times a second. */
     uint64_t shortest = UINT64_MAX;

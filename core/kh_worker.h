@@ -95,6 +95,7 @@ enum kh_timeout_kind {
     KH_TO_LINGER,
     KH_TO_TLS_HANDSHAKE,
     KH_TO_WRITE_CHECK, /* kh_conn's progress checks of a pending socket write (write_timeout / 4) */
+    KH_TO_TUNNEL,      /* an accepted tunnel with no byte either way (tunnel_idle_timeout_ms) */
     KH_TO__COUNT
 };
 

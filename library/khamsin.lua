@@ -13,6 +13,11 @@
 ---@alias khamsin.Headers table<string, string|string[]|false> a list repeats a header, false removes one
 
 --- A route's handler: returns `body`, `status, body` or `status, body, headers`.
+--- A WebSocket (k.websocket). `ws:send` from the socket's own handlers waits while
+--- `stream_high_water` bytes are queued; from anywhere else it never waits, and a socket with
+--- `stream_out_cap` bytes queued is closed 1008. `ws:subscribe(topic)`: each
+--- `k.publish(topic, string)` on any worker is sent to it.
+---@alias khamsin.WebSocket {id: string, protocol: string?, req: khamsin.Request, send: fun(self, data: string, binary: boolean?): (true|nil, string?), ping: fun(self, data: string?): (true|nil, string?), close: fun(self, code: integer?, reason: string?): true, subscribe: fun(self, topic: string), unsubscribe: fun(self, topic: string)}
 ---@alias khamsin.Handler fun(req: khamsin.Request, res: khamsin.Response): (khamsin.Status|khamsin.Body)?, khamsin.Body?, khamsin.Headers?
 
 ---@class khamsin
@@ -130,6 +135,25 @@ function k.resolve(id, status, body, headers) end
 ---@return integer
 function k.publish(topic, value) end
 
+--- Writes to a push target from anywhere (another request, a timer, a pool result, another
+--- worker): an SSE stream's `sse.id` (data: an event table or the data string) or a WebSocket's
+--- `ws.id`. Never yields; a consumer with `stream_out_cap` bytes queued is ended, not buffered.
+---@param id string
+---@param data any
+---@return true|nil ok
+---@return string? err "closed", "gone" (no such stream any more), "no such worker"
+function k.send_to(id, data) end
+
+--- A WebSocket endpoint (RFC 6455 on HTTP/1.1 GET + Upgrade, RFC 8441 extended CONNECT on
+--- HTTP/2: the same handlers). `open(ws, req)` runs in the request's coroutine after the
+--- handshake; each message runs `message(ws, data, binary)` in a coroutine of its own, in order;
+--- `close(ws, code)` runs once (code 1005: the peer sent none, 1006: no close frame at all).
+--- `origin`: an allowed Origin, a list of them, or `fun(origin, req): boolean` (else 403);
+--- `protocols`: the subprotocols offered back, by preference (the first the client lists wins).
+---@param path string
+---@param handlers {open: (fun(ws: khamsin.WebSocket, req: khamsin.Request))?, message: (fun(ws: khamsin.WebSocket, data: string, binary: boolean))?, close: (fun(ws: khamsin.WebSocket, code: integer))?, origin: (string|string[]|fun(origin: string?, req: khamsin.Request): boolean)?, protocols: string[]?}
+function k.websocket(path, handlers) end
+
 --- `fn(value, topic)` runs in a coroutine for each `k.publish(topic, value)`.
 ---@param topic string
 ---@param fn fun(value: any, topic: string)
@@ -242,6 +266,11 @@ local Request = {}
 ---@return string
 function Request:body() end
 
+--- An iterator of the body's chunks as they arrive (under `body_window`); nil at the end. A route
+--- declared with `{stream_body = true}` takes bodies past `body_bytes` this way.
+---@return fun(): string?
+function Request:body_reader() end
+
 --- The body decoded as JSON (invalid JSON answers 400).
 ---@param max_depth? integer
 ---@return any
@@ -297,6 +326,24 @@ local Response = {}
 ---@param opts? {timeout: number}
 ---@return khamsin.Deferred
 function Response:defer(opts) end
+
+--- Streams a chunk (the head goes first: `res.status`, `res.headers`, no length): chunked on
+--- HTTP/1.1, DATA on HTTP/2. Waits while `stream_high_water` bytes are queued; nil, "closed"
+--- once the client is gone. The handler returning ends the response.
+---@param chunk string
+---@return true|nil ok
+---@return string? err
+function Response:write(chunk) end
+
+--- Ends a streamed response now.
+---@return true|nil ok
+---@return string? err
+function Response:finish() end
+
+--- Server-Sent Events: sends the text/event-stream head and returns the stream. `return sse`
+--- from the handler keeps it open after the handler (for `k.send_to(sse.id, ...)`).
+---@return {id: string, last_event_id: string?, send: fun(self, ev: {event: string?, data: any, id: string?, retry: integer?}|string): (true|nil, string?), comment: fun(self, text: string?): (true|nil, string?), close: fun(self), on_close: fun(self, fn: fun(sse: table, why: string))}
+function Response:sse() end
 
 --- Adds a Set-Cookie header.
 ---@param name string

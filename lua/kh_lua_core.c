@@ -38,7 +38,12 @@ static int l_route(lua_State *L)
     lua_pushvalue(L, 3);
     int ref = luaL_ref(L, LUA_REGISTRYINDEX);
     const char *err = NULL;
-    if (kh_router_add(K->router, method, mlen, pattern, plen, ref, &err) != 0) {
+    /* 4th argument true: the handler reads the body incrementally (req:body_reader), so a
+     * declared body over body_bytes is dispatched, not answered 413 (KH_ROUTE_BODY_STREAM) */
+    intptr_t value = ref;
+    if (lua_toboolean(L, 4))
+        value |= KH_ROUTE_BODY_STREAM;
+    if (kh_router_add(K->router, method, mlen, pattern, plen, value, &err) != 0) {
         luaL_unref(L, LUA_REGISTRYINDEX, ref);
         lua_pushnil(L);
         lua_pushfstring(L, "route %s %s: %s", method, pattern, err ? err : "invalid");
@@ -144,8 +149,8 @@ static int bad_header(lua_State *L, const kh_header *h, size_t n)
     return misuse(L, "invalid response header");
 }
 
-/* respond(s, gen, status, body, headers|nil, default_content_type|nil) -> true | nil, "closed"
- * | false, message (a header name or value refused, a second answer) */
+/* respond(s, gen, status, body, headers|nil, default_content_type|nil[, "stream" | "tunnel"])
+ * -> true | nil, "closed" | false, message (a header name or value refused, a second answer) */
 static int l_respond(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
@@ -158,7 +163,9 @@ static int l_respond(lua_State *L)
         lua_pushliteral(L, "closed");
         return 2;
     }
-    if (status < 200 || status > 999)
+    const char *mode = lua_tostring(L, 7);
+    int tunnel = mode && strcmp(mode, "tunnel") == 0; /* the status is the protocol's: 101 / 200 */
+    if (!tunnel && (status < 200 || status > 999))
         return misuse(L, "invalid status %d (expected 200 to 999)", status);
     kh_header stack_hdrs[32];
     kh_header *h = stack_hdrs;
@@ -223,7 +230,15 @@ static int l_respond(lua_State *L)
         h[n].value = (kh_str){ctype, strlen(ctype)};
         n++;
     }
-    int r = kh_stream_respond(s, status, h, n, body, blen);
+    /* 7th argument (issue 10): "stream" sends the head only, the body to follow in pieces
+     * (res:write, SSE; no Content-Length); "tunnel" accepts a tunnel request (101 / 200) */
+    int r;
+    if (mode && strcmp(mode, "stream") == 0)
+        r = kh_stream_send_head(s, status, h, n, -1);
+    else if (tunnel)
+        r = kh_stream_accept_tunnel(s, h, n);
+    else
+        r = kh_stream_respond(s, status, h, n, body, blen);
     if (r == KH_EINVAL)
         return bad_header(L, h, n);
     if (r == KH_EPROTO)
@@ -452,10 +467,12 @@ static int open_core(lua_State *L)
     kh__lua_open_shared(L, K);
     kh__lua_open_socket(L, K);
     kh__lua_open_http(L, K);
+    kh__lua_open_stream(L, K);
     kh__lua_open_json(L);
     kh__lua_open_sign(L);
     kh__lua_open_multipart(L, K);
     kh__lua_open_fs(L, K);
+    kh__lua_open_ws(L, K); /* WebSocket codec (kh_lua_ws.c) */
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);

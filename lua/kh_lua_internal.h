@@ -23,10 +23,10 @@
 
 /* What a yielded coroutine waits for: its single wait slot (style.md §4). */
 enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3, KH_WAIT_FS = 4,
-       KH_WAIT_SOCKET = 5 };
+       KH_WAIT_SOCKET = 5, KH_WAIT_DRAIN = 6 };
 
 /* Mailbox message types (kh_chan_msg.type). */
-enum { KH_MSG_JOB = 1, KH_MSG_PUBLISH = 2, KH_MSG_RESOLVE = 3 };
+enum { KH_MSG_JOB = 1, KH_MSG_PUBLISH = 2, KH_MSG_RESOLVE = 3, KH_MSG_SENDTO = 4 };
 
 typedef struct kh_lua_timer kh_lua_timer;
 typedef struct kh_lua_job kh_lua_job;
@@ -117,6 +117,8 @@ void kh__lua_open_socket(lua_State *L, kh_lua *K);
 void kh__lua_socket_abort(kh_lua *K, kh_lua_co *c);
 /* kh_lua_sign.c: core.sign, core.unsign (k.sign, k.unsign) */
 void kh__lua_open_sign(lua_State *L);
+/* kh_lua_ws.c: the WebSocket codec, frames and handshake helpers (ws_* on the core table) */
+void kh__lua_open_ws(lua_State *L, kh_lua *K);
 /* kh_lua_multipart.c: core.mp_new (req:multipart's parser), core.limit */
 void kh__lua_open_multipart(lua_State *L, kh_lua *K);
 /* kh_lua_fs.c: core.fs_stat, fs_realpath, fs_read (libuv fs, yielding); abandon on abort */
@@ -152,6 +154,9 @@ void kh__lua_job_done(kh_lua *K, kh_lua_job *j);
 void kh__lua_dispatch(void *app, kh_stream *s);
 void kh__lua_on_body(void *app, kh_stream *s);
 void kh__lua_on_abort(void *app, kh_stream *s);
+void kh__lua_on_drain(void *app, kh_stream *s);
+/* kh_lua_stream.c: res:write / finish, incremental body, SSE pieces, send_to (core table on top) */
+void kh__lua_open_stream(lua_State *L, kh_lua *K);
 void kh__lua_on_message(void *app, kh_chan_msg *m);
 /* Any thread (the supervisor): kh_app_vt.interrupt. */
 void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms);

@@ -260,7 +260,8 @@ static const char *slice_name(kh_lua *K, kh_lua_co *c)
     } kinds[] = {{"timer", "timer callback"},
                  {"publish", "subscriber callback"},
                  {"resolve", "k.resolve callback"},
-                 {"abort", "on_abort callback"}};
+                 {"abort", "on_abort callback"},
+                 {"send_to", "k.send_to delivery"}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (c->what && strcmp(c->what, kinds[i].what) == 0)
             return kinds[i].name;
@@ -490,6 +491,18 @@ void kh__lua_dispatch(void *app, kh_stream *s)
     kh__lua_wake(K, c, 3);
 }
 
+void kh__lua_on_drain(void *app, kh_stream *s)
+{
+    kh_lua *K = app;
+    kh_lua_co *c = s->app_data;
+    if (c == NULL || s->app_wait != KH_WAIT_DRAIN || c->wait != KH_WAIT_DRAIN)
+        return;
+    s->app_wait = KH_WAIT_NONE;
+    c->wait = KH_WAIT_NONE;
+    lua_pushboolean(c->co, 1);
+    kh__lua_wake(K, c, 1);
+}
+
 void kh__lua_on_body(void *app, kh_stream *s)
 {
     kh_lua_co *c = s->app_data;
@@ -501,6 +514,12 @@ void kh__lua_on_body(void *app, kh_stream *s)
     c->wait = KH_WAIT_NONE;
     lua_State *co = c->co;
     int n;
+    if (s->flags & KH_STREAM_F_BODY_STREAM) {
+        /* incremental: the reader looks at s->body again (core.body_chunk) */
+        lua_pushboolean(co, 1);
+        kh__lua_wake(K, c, 1);
+        return;
+    }
     switch (s->body_state) {
     case KH_BODY_COMPLETE:
         lua_pushlstring(co, s->body.base ? s->body.base : "", s->body.len);
@@ -538,7 +557,7 @@ void kh__lua_on_abort(void *app, kh_stream *s)
     c->aborted = 1;
     if (c->wait == KH_WAIT_NONE)
         return; /* running now: its next send or wait sees the stream closed */
-    int body = c->wait == KH_WAIT_BODY;
+    int body = c->wait == KH_WAIT_BODY || c->wait == KH_WAIT_DRAIN;
     kh__lua_wait_cleanup(K, c);
     if (body) {
         lua_pushnil(c->co);
@@ -577,5 +596,8 @@ void kh__lua_on_message(void *app, kh_chan_msg *m)
         lua_settop(K->L, base);
         return;
     }
-    kh__lua_spawn_event(K, type == KH_MSG_PUBLISH ? "publish" : "resolve", n);
+    kh__lua_spawn_event(K, type == KH_MSG_PUBLISH  ? "publish"
+                           : type == KH_MSG_SENDTO ? "send_to"
+                                                   : "resolve",
+                        n);
 }

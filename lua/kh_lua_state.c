@@ -221,6 +221,7 @@ const kh_app_vt kh_lua_app = {
     .dispatch = kh__lua_dispatch,
     .on_body = kh__lua_on_body,
     .on_abort = kh__lua_on_abort,
+    .on_drain = kh__lua_on_drain,
     .on_message = kh__lua_on_message,
     .pool_thread_init = kh__lua_pool_init,
     .pool_thread_close = kh__lua_pool_close,

@@ -348,8 +348,11 @@ void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c)
         }
         break;
     case KH_WAIT_BODY:
-        if (c->s)
+    case KH_WAIT_DRAIN:
+        if (c->s) {
             c->s->app_wait = KH_WAIT_NONE;
+            c->s->flags &= ~KH_STREAM_F_WANT_DRAIN;
+        }
         break;
     case KH_WAIT_FS:
         kh__lua_fs_abandon(c);

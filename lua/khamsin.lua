@@ -38,7 +38,7 @@ k.is_aborted = errors.is_aborted
 
 local loading = core.loading
 
-local function add(what, method, path, fn)
+local function add(what, method, path, fn, opts)
     if not loading() then
         raise(what .. ": routes are declared while the script loads (every worker loads it; a "
             .. "route added later would exist on this worker only)")
@@ -53,22 +53,27 @@ local function add(what, method, path, fn)
         raise(what .. "(path, fn): '" .. path .. "' has a '?' or '#': a route matches the path "
             .. "only (the query is req.query, req.args)")
     end
-    local ok, err = core.route(method, path, fn)
+    -- opts.stream_body: the handler reads the body with req:body_reader(), so a body of any
+    -- declared length is taken (under body_window), not answered 413 past body_bytes
+    if opts ~= nil and (type(opts) ~= "table" or (opts.stream_body ~= nil and type(opts.stream_body) ~= "boolean")) then
+        raise(what .. "(path, fn, opts): opts is a table { stream_body = true|false }")
+    end
+    local ok, err = core.route(method, path, fn, opts ~= nil and opts.stream_body == true)
     if not ok then raise(err) end
     request.patterns[err] = path -- the route's ref -> its pattern, for req.route
 end
 
 for _, m in ipairs { "get", "post", "put", "patch", "delete", "options" } do
     local method, what = m:upper(), "k." .. m
-    k[m] = function(path, fn) add(what, method, path, fn) end
+    k[m] = function(path, fn, opts) add(what, method, path, fn, opts) end
 end
 
-function k.any(path, fn) add("k.any", "*", path, fn) end
+function k.any(path, fn, opts) add("k.any", "*", path, fn, opts) end
 
 local KNOWN = { GET = 1, HEAD = 1, POST = 1, PUT = 1, PATCH = 1, DELETE = 1, OPTIONS = 1,
     CONNECT = 1, TRACE = 1 }
 
-function k.route(method, path, fn)
+function k.route(method, path, fn, opts)
     if type(method) ~= "string" then
         raise("k.route(method, path, fn): the method must be a string, got a " .. type(method))
     end
@@ -76,7 +81,13 @@ function k.route(method, path, fn)
         raise("k.route: methods are case-sensitive (RFC 9110 §9.1): '" .. method .. "' would "
             .. "never match a " .. method:upper() .. " request; write \"" .. method:upper() .. "\"")
     end
-    add("k.route", method, path, fn)
+    add("k.route", method, path, fn, opts)
+end
+
+-- k.websocket(path, {open=, message=, close=, origin=, protocols=}): a WebSocket endpoint,
+-- reached by an h1 GET + Upgrade and an h2 extended CONNECT alike (khamsin.websocket).
+function k.websocket(path, handlers)
+    require("khamsin.websocket").route(add, path, handlers)
 end
 
 -- Files under dir served at prefix (khamsin.static has the rules).
@@ -200,6 +211,14 @@ function k.publish(topic, value)
     local n, err = core.publish(topic, value)
     if not n then raise(err) end -- a value that cannot be copied
     return n
+end
+
+-- Writes data to a push target (an SSE stream's sse.id, a WebSocket's ws.id) from anywhere:
+-- another request, a timer, a pool result, another worker. Never yields; a target whose
+-- consumer is too slow (stream_out_cap queued) is ended rather than buffered. On the target's
+-- worker: true | nil, "closed" | nil, "gone"; to another worker: true once posted.
+function k.send_to(id, data)
+    return require("khamsin.push").send_to(id, data)
 end
 
 -- Signed values (cookies, tokens): value .. "." .. base64url(HMAC-SHA256(key, value)).
@@ -327,7 +346,12 @@ local events = {
         end
     end,
     resolve = function(id, status, body, headers) deferred().on_resolve(id, status, body, headers) end,
-    abort = function(s) deferred().on_abort(s) end,
+    abort = function(s)
+        local st = package.loaded["khamsin.stream"] -- a held SSE / WebSocket stream
+        if st and st.on_abort(s) then return end
+        deferred().on_abort(s)
+    end,
+    send_to = function(id, data) require("khamsin.push").on_message(id, data) end,
 }
 
 function k._event(kind, ...)
@@ -378,6 +402,7 @@ errors.set_runner(serve)
 
 function k._run(handler, s, gen)
     local req, res = new_req(s, gen), new_res(s, gen)
+    res._req = req -- res:sse() reads last-event-id
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
     if rawget(req, "_tmpfiles") then request.cleanup(req) end -- req:multipart's temp files

@@ -13,6 +13,9 @@ kh_add_fuzz_target(tls13 SOURCES kh_tls13.c kh_buf.c kh_err.c LIBS PkgConfig::OP
 # which it never loads) and every library khcore links, so a new core file needs no change here.
 get_target_property(KH_CORE_LIBS khcore INTERFACE_LINK_LIBRARIES)
 kh_add_fuzz_target(h2_conn SOURCES ${KH_CORE_NAMES} LIBS ${KH_CORE_LIBS})
+# the WebSocket session (kh_ws.c) with permessage-deflate (kh_ws_deflate.c) and the
+# handshake/extension parsers
+kh_add_fuzz_target(ws SOURCES kh_ws.c kh_ws_deflate.c kh_ws_handshake.c kh_sha1.c LIBS PkgConfig::ZLIB)
 # conditional requests: HTTP-dates and entity-tag lists (kh_cond.h)
 kh_add_fuzz_target(cond SOURCES kh_cond.c)
 # Accept-Encoding negotiation and the gzip encoder (kh_compress.h)

@@ -490,8 +490,31 @@ static void test_many(void)
     kh_router_free(r);
 }
 
+/* Tunnel kinds ("@websocket", kh_router.h): their own routes, reached only by that kind, never
+ * by "*", never listed in Allow. */
+static void test_tunnel_kind(void)
+{
+    kh_router *r = kh_router_new();
+    kh_ok(add(r, "@websocket", "/ws/:room", 1) == 0, "add @websocket /ws/:room");
+    kh_ok(add(r, "GET", "/ws/:room", 2) == 0, "add GET on the same pattern");
+    kh_ok(add(r, "*", "/any", 3) == 0, "add * /any");
+    kh_ok(add(r, "@websocket", "/only", 4) == 0, "add @websocket /only");
+    kh_ok(match(r, "@websocket", "/ws/a") == 0 && g_m.value == 1, "the kind reaches its route");
+    param_is(0, "room", "a");
+    kh_ok(match(r, "GET", "/ws/a") == 0 && g_m.value == 2, "GET reaches the GET route");
+    kh_ok(match(r, "@websocket", "/any") == 405, "'*' does not answer a tunnel kind");
+    kh_ok(match(r, "GET", "/only") == 405 && strcmp(g_m.allow, "") == 0,
+          "a path with only a tunnel route: 405 with an empty Allow (kh_stream answers 426)");
+    kh_ok(match(r, "POST", "/ws/a") == 405 && strcmp(g_m.allow, "GET, HEAD") == 0,
+          "Allow never lists the kind: '%s'", g_m.allow);
+    add_fails(r, "@", "/x", "invalid method token");
+    add_fails(r, "@web socket", "/x", "invalid method token");
+    kh_router_free(r);
+}
+
 int main(void)
 {
+    test_tunnel_kind();
     test_literals();
     test_slashes();
     test_params();

@@ -159,6 +159,16 @@ function Req:body()
     return body
 end
 
+-- An iterator of the body's chunks as they arrive, under a bounded window (body_window: the
+-- engine reads no further until the handler takes what is buffered), so a large upload never
+-- sits in memory whole; body_bytes does not apply. Call it before the handler waits on anything
+-- else (bytes that came before are the first chunk). nil at the end; the abort error when the
+-- client leaves before it.
+function Req:body_reader()
+    if not is_req(self) then raise("req:body_reader() is a method: call it with a colon") end
+    return require("khamsin.stream").body_reader(self)
+end
+
 -- The body decoded as JSON (k.json's decoder). A body that is not JSON, or nested deeper than
 -- max_depth (default 100) levels, answers 400 with the reason and its path unless the handler
 -- catches it.

@@ -79,7 +79,27 @@ function Res:set_cookie(name, value, opts)
     cookies.add(self, cookies.format(name, value, opts))
 end
 
+-- Streamed replies (khamsin.stream, khamsin.sse; loaded on first use). res:write(chunk) sends
+-- the head (res.status, res.headers) on its first call, then the chunk (chunked on HTTP/1.1,
+-- DATA on HTTP/2); it waits while stream_high_water bytes are queued, and returns nil, "closed"
+-- once the client is gone. The handler returning ends the response; res:finish() ends it early.
 local function is_res(self) return type(self) == "table" and rawget(self, "_s") ~= nil end
+
+function Res:write(chunk)
+    if not is_res(self) then raise("res:write(chunk) is a method: call it with a colon") end
+    return require("khamsin.stream").write(self, chunk)
+end
+
+function Res:finish()
+    if not is_res(self) then raise("res:finish() is a method: call it with a colon") end
+    return require("khamsin.stream").finish(self)
+end
+
+-- Server-Sent Events: returns the stream (khamsin.sse). req is the request (last-event-id).
+function Res:sse()
+    if not is_res(self) then raise("res:sse() is a method: call it with a colon") end
+    return require("khamsin.sse").open(rawget(self, "_req"), self)
+end
 
 local function set_header(res, name, value)
     local h = res.headers
@@ -262,6 +282,9 @@ end
 -- return body | status, body | status, body, headers. `who` starts messages ("the handler
 -- returned", "d:send got").
 function M.finish(res, a, b, c, who)
+    if rawget(res, "_streaming") then -- res:write / res:sse started the response (khamsin.stream)
+        return require("khamsin.stream").ended(res, a, b, c, who)
+    end
     who = who or "d:send got"
     local status, body, headers
     if type(a) == "number" then
@@ -353,6 +376,8 @@ end
 -- carries res.headers (error_headers). logged: the bug was logged already (khamsin.middleware).
 function M.fail(req, res, e, logged)
     if defer then defer.drop(res) end -- nothing to drop before the first res:defer()
+    local sse = rawget(res, "_sse") -- res:sse() (khamsin.sse): its stream ends with the handler
+    if sse then sse:_ended() end
     if errors.is_aborted(e) then return end -- the engine answered, or nobody is listening
     local h = error_headers(res)
     if errors.is_busy(e) then

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# bench/websocket.sh - WebSocket figures for issue 10, khamsin and nginx + lua-resty-websocket
+# (Debian lua-nginx-websocket: require "nginx.websocket.server") in ONE run:
+#   1. memory per idle WebSocket: RSS growth of the (single-worker) server from N/10 to N open
+#      sockets (handshake done, nothing sent), divided by the 0.9 N sockets added: h1 cleartext, h1 over TLS, h2 (RFC 8441, one
+#      connection per socket: the h2 connection's own cost is included);
+#   2. echo messages (64-byte text, WINDOW=64 in flight per connection) per server CPU-second (utime +
+#      stime of the server process from /proc), khamsin and nginx alternating, ROUNDS rounds,
+#      median and spread, and the ratio;
+#   3. one k.publish to BCAST_N sockets: time from the publish request to the last delivery.
+# Server pinned to SERVER_CORE, clients to CLIENT_CORE (taskset). The box is shared with other
+# jobs: absolute figures move, ratios measured in the same run hold better.
+#
+#   bench/websocket.sh                                    # ~5 min
+#   IDLE_N=2000 ROUNDS=1 ECHO_SECONDS=3 BCAST_N=1000 bench/websocket.sh   # smoke run
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+CMDLINE="$0${*:+ $*}"
+PY=/usr/bin/python3
+W=bench/lib/wsbench.py
+KHAMSIN_BIN=${KHAMSIN_BIN:-$ROOT/build/khamsin}
+IDLE_N=${IDLE_N:-10000}
+IDLE_N_TLS=${IDLE_N_TLS:-2000}
+IDLE_N_H2=${IDLE_N_H2:-2000}
+ECHO_CONNS=${ECHO_CONNS:-16}
+ECHO_SECONDS=${ECHO_SECONDS:-8}
+WINDOW=${WINDOW:-64}
+ROUNDS=${ROUNDS:-3}
+BCAST_N=${BCAST_N:-10000}
+SERVER_CORE=${SERVER_CORE:-1}
+CLIENT_CORE=${CLIENT_CORE:-0}
+PORT=${PORT:-24080}
+TLS_PORT=$((PORT + 1))
+NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
+TMP=$(mktemp -d /tmp/wsbench.XXXXXX)
+OUT=${OUT:-bench/results/websocket-$(date -u +%Y%m%d-%H%M).txt}
+ulimit -n 65536 2>/dev/null || ulimit -n 20000 2>/dev/null || true
+SRV=""
+cleanup() { [[ -n $SRV ]] && kill "$SRV" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+say() { echo "$*" | tee -a "$OUT"; }
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+wait_port() { for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+
+# every server start takes fresh ports: a server that is still going away keeps none busy
+next_ports() { PORT=$((PORT + 2)); TLS_PORT=$((PORT + 1)); }
+
+start_khamsin() {
+  next_ports
+  taskset -c "$SERVER_CORE" "$KHAMSIN_BIN" --workers 1 --listen "tcp://127.0.0.1:$PORT" \
+    --listen "tls://127.0.0.1:$TLS_PORT" --tls-self-signed bench/apps/websocket.lua \
+    >"$TMP/khamsin.log" 2>&1 &
+  SRV=$!
+  wait_port "$PORT" || { say "khamsin did not start: $(tail -3 "$TMP/khamsin.log")"; exit 1; }
+  MEASURE=$SRV
+}
+
+start_nginx() {
+  next_ports
+  mkdir -p "$TMP/ngx"
+  cat >"$TMP/ngx/nginx.conf" <<NGX
+$( [[ $(id -u) == 0 ]] && echo "user root;" )
+worker_processes 1;
+daemon off;
+master_process on;
+pid $TMP/ngx/nginx.pid;
+worker_rlimit_nofile 65536;
+load_module $NGX_MODDIR/ndk_http_module.so;
+load_module $NGX_MODDIR/ngx_http_lua_module.so;
+error_log $TMP/ngx/error.log warn;
+events { worker_connections 30000; }
+http {
+  access_log off;
+  client_body_temp_path $TMP/ngx; proxy_temp_path $TMP/ngx; fastcgi_temp_path $TMP/ngx;
+  uwsgi_temp_path $TMP/ngx; scgi_temp_path $TMP/ngx;
+  lua_package_path "/usr/share/lua/5.1/?.lua;;";
+  server {
+    listen 127.0.0.1:$PORT;
+    location /echo {
+      content_by_lua_block {
+        local server = require "nginx.websocket.server"
+        local wb = server:new { timeout = 600000, max_payload_len = 1048576 }
+        if not wb then return ngx.exit(444) end
+        while true do
+          local data, typ, err = wb:recv_frame()
+          if not data then
+            if not (err and err:find("timeout", 1, true)) then return end
+          elseif typ == "close" then wb:send_close(1000) return
+          elseif typ == "ping" then wb:send_pong(data)
+          elseif typ == "text" then wb:send_text(data)
+          elseif typ == "binary" then wb:send_binary(data) end
+        end
+      }
+    }
+  }
+}
+NGX
+  taskset -c "$SERVER_CORE" nginx -c "$TMP/ngx/nginx.conf" -p "$TMP/ngx" >"$TMP/ngx/out.log" 2>&1 &
+  SRV=$!
+  wait_port "$PORT" || { say "nginx did not start: $(tail -3 "$TMP/ngx/error.log")"; exit 1; }
+  sleep 0.2
+  MEASURE=$(pgrep -P "$SRV" | head -1) # the worker
+}
+
+stop_server() { kill "$SRV" 2>/dev/null || true; wait "$SRV" 2>/dev/null || true; SRV=""; sleep 0.3; }
+
+# idle SERVER MODE N PATH -> bytes per socket
+idle() {
+  local srv=$1 mode=$2 n=$3 path=$4
+  "start_$srv"
+  local port=$PORT
+  [[ $mode == tls ]] && port=$TLS_PORT
+  sleep 1
+  local r0 r1 k0 got
+  mkfifo "$TMP/hold"
+  taskset -c "$CLIENT_CORE" $PY $W idle "$port" "$n" "$mode" "$path" <"$TMP/hold" >"$TMP/idle.out" 2>&1 &
+  local cl=$!
+  exec 7>"$TMP/hold"
+  waitready() { # COUNT: wait for the COUNTth "ready" line
+    for _ in $(seq 1 1800); do
+      [[ $(grep -c ready "$TMP/idle.out" 2>/dev/null) -ge $1 ]] && return 0
+      kill -0 "$cl" 2>/dev/null || return 1 # the client failed
+      sleep 0.1
+    done
+    return 1
+  }
+  waitready 1 || true
+  sleep 1
+  r0=$(rss_kb "$MEASURE")
+  k0=$(awk '/ready/ {print $2; exit}' "$TMP/idle.out")
+  echo go >&7
+  waitready 2 || true
+  sleep 2
+  r1=$(rss_kb "$MEASURE")
+  got=$(awk '/ready/ {n = $2} END {print n}' "$TMP/idle.out")
+  exec 7>&-
+  wait "$cl" 2>/dev/null || true
+  rm -f "$TMP/hold"
+  stop_server
+  if [[ -z $got || -z $k0 || $got == "$k0" ]]; then say "  $srv $mode: client failed: $(tail -2 "$TMP/idle.out")"; return; fi
+  say "  $srv $mode: $got sockets; RSS $r0 KiB at $k0 sockets -> $r1 KiB at $got: $(( (r1 - r0) * 1024 / (got - k0) )) bytes per idle WebSocket"
+}
+
+echo_round() { # SERVER -> messages per server CPU-second
+  local srv=$1
+  "start_$srv"
+  taskset -c "$CLIENT_CORE" $PY $W echo "$PORT" "$ECHO_CONNS" 1 64 "$WINDOW" >/dev/null # warm-up
+  local c0 c1 n
+  c0=$(cpu_ticks "$MEASURE")
+  n=$(taskset -c "$CLIENT_CORE" $PY $W echo "$PORT" "$ECHO_CONNS" "$ECHO_SECONDS" 64 "$WINDOW")
+  c1=$(cpu_ticks "$MEASURE")
+  stop_server
+  local tck
+  tck=$(getconf CLK_TCK)
+  awk -v n="$n" -v c="$((c1 - c0))" -v t="$tck" 'BEGIN { if (c == 0) c = 1; printf "%d %.0f\n", n, n / (c / t) }'
+}
+
+: >"$OUT"
+say "# bench/websocket.sh, $(date -u +%FT%TZ), command: $CMDLINE"
+say "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD)); nginx $(nginx -v 2>&1 | sed 's/.*\///') + lua-nginx-websocket"
+say "# host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start (shared with other jobs)"
+say "# server on core $SERVER_CORE, clients on core $CLIENT_CORE"
+say ""
+say "1. memory per idle WebSocket (RSS growth / sockets)"
+idle khamsin h1 "$IDLE_N" /echo
+idle nginx h1 "$IDLE_N" /echo
+idle khamsin tls "$IDLE_N_TLS" /echo
+idle khamsin h2 "$IDLE_N_H2" /echo
+say ""
+say "2. echo, 64-byte text, $ECHO_CONNS connections x $WINDOW in flight, $ECHO_SECONDS s windows"
+declare -a K N
+for r in $(seq 1 "$ROUNDS"); do
+  read -r kn kr < <(echo_round khamsin)
+  read -r nn nr < <(echo_round nginx)
+  K+=("$kr"); N+=("$nr")
+  say "  round $r: khamsin $kr msg/CPU-s ($kn messages), nginx+lua $nr msg/CPU-s ($nn messages)"
+done
+stats() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {printf "%d (min %d, max %d)", a[int((NR+1)/2)], a[1], a[NR]}'; }
+med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+say "  median: khamsin $(stats "${K[@]}"), nginx+lua $(stats "${N[@]}")"
+say "  ratio khamsin / nginx+lua (medians): $(awk -v a="$(med "${K[@]}")" -v b="$(med "${N[@]}")" 'BEGIN {printf "%.2f", a / b}')"
+say ""
+say "3. one k.publish to $BCAST_N sockets (64 bytes): seconds to the last delivery, 3 publishes"
+start_khamsin
+say "  $(taskset -c "$CLIENT_CORE" $PY $W broadcast "$PORT" "$BCAST_N" 3)"
+stop_server

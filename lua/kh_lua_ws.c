@@ -1,0 +1,370 @@
+/* kh_lua_ws.c: the khamsin.core functions behind lua/khamsin/websocket.lua: a per-socket codec
+ * (core/kh_ws.c) as a userdata, server frames, and the handshake helpers.
+ * Owns:  per codec: its kh_ws_conn (message buffer) and an out buffer of frames the codec wrote
+ *        itself (pongs, close replies); per Lua state (one per worker): a scratch buffer where
+ *        received bytes are unmasked (Lua strings are immutable) and the zlib streams of
+ *        permessage-deflate, one inflater and one deflater per window size, shared by every
+ *        socket of the worker: with no context takeover each message is inflated or deflated in
+ *        one call (kh_ws_deflate.h), so an idle socket keeps no zlib memory.
+ * In:    feed(codec, chunk, list, max) from the socket's reader; frame(codec, opcode, data).
+ * Out:   messages appended to list as (data, binary) pairs, and the frames the codec wrote
+ *        itself (pongs, close replies) as (bytes, 0) pairs in between, in order; frames as Lua
+ *        strings (the caller writes them to the tunnel).
+ * Never: touches the stream or knows the transport (h1 101 or h2 extended CONNECT are the same
+ *        bytes here). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kh_lua_internal.h"
+#include "kh_ws.h"
+#include "kh_ws_deflate.h"
+#include "kh_ws_handshake.h"
+
+#define ZCTX_MT "khamsin.ws.zctx"
+#define CODEC_MT "khamsin.ws.codec"
+
+typedef struct zctx {
+    uint8_t *scratch;
+    size_t scap;
+    z_stream inf;
+    int has_inf;
+    z_stream def[16]; /* by window bits, 9..15 */
+    uint8_t has_def[16];
+} zctx;
+
+typedef struct codec {
+    kh_ws_conn w;
+    zctx *z;
+    int bits; /* permessage-deflate: our window (9..15), 0 when not negotiated */
+    /* during feed */
+    lua_State *L;
+    int list, count, max;
+    /* frames the codec wrote */
+    uint8_t *out;
+    size_t olen, ocap;
+} codec;
+
+static int zctx_gc(lua_State *L)
+{
+    zctx *z = luaL_checkudata(L, 1, ZCTX_MT);
+    free(z->scratch);
+    z->scratch = NULL;
+    if (z->has_inf)
+        inflateEnd(&z->inf);
+    z->has_inf = 0;
+    for (int i = 0; i < 16; i++)
+        if (z->has_def[i]) {
+            deflateEnd(&z->def[i]);
+            z->has_def[i] = 0;
+        }
+    return 0;
+}
+
+static int on_message(void *ud, int binary, const uint8_t *p, size_t n)
+{
+    codec *c = ud;
+    lua_State *L = c->L;
+    int k = (int)lua_objlen(L, c->list);
+    lua_pushlstring(L, (const char *)p, n);
+    lua_rawseti(L, c->list, k + 1);
+    lua_pushboolean(L, binary);
+    lua_rawseti(L, c->list, k + 2);
+    return ++c->count >= c->max;
+}
+
+static void out_append(codec *c, const uint8_t *p, size_t n)
+{
+    if (c->olen + n > c->ocap) {
+        size_t cap = c->ocap ? c->ocap * 2 : 256;
+        while (cap < c->olen + n)
+            cap *= 2;
+        uint8_t *o = realloc(c->out, cap);
+        if (!o)
+            return; /* the frame is lost; the socket is broken anyway */
+        c->out = o;
+        c->ocap = cap;
+    }
+    memcpy(c->out + c->olen, p, n);
+    c->olen += n;
+}
+
+/* A frame the codec wrote (pong, close): during feed it goes into the list between the messages,
+ * so the reader writes it in order (a close reply after the echo of the message before it);
+ * outside feed (ws:close) into the out buffer. */
+static void on_send(void *ud, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
+{
+    codec *c = ud;
+    if (c->L) {
+        lua_State *L = c->L;
+        int k = (int)lua_objlen(L, c->list);
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        luaL_addlstring(&b, (const char *)h, hl);
+        luaL_addlstring(&b, (const char *)p, n);
+        luaL_pushresult(&b);
+        lua_rawseti(L, c->list, k + 1);
+        lua_pushinteger(L, 0);
+        lua_rawseti(L, c->list, k + 2);
+        return;
+    }
+    out_append(c, h, hl);
+    if (n)
+        out_append(c, p, n);
+}
+
+static int on_inflate(void *ud, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
+                      size_t *outlen)
+{
+    codec *c = ud;
+    if (!c->z->has_inf) {
+        if (kh_ws_inflater_init(&c->z->inf) != 0)
+            return KH_WS_CLOSE_INTERNAL;
+        c->z->has_inf = 1;
+    }
+    return kh_ws_inflate_msg(&c->z->inf, in, n, max, out, outlen);
+}
+
+static const kh_ws_cbs CBS = {on_message, on_send, NULL, on_inflate};
+
+static zctx *get_zctx(lua_State *L)
+{
+    return lua_touserdata(L, lua_upvalueindex(1));
+}
+
+/* codec(max_message, max_frame, deflate_bits) */
+static int l_codec(lua_State *L)
+{
+    lua_Number mm = luaL_checknumber(L, 1), mf = luaL_checknumber(L, 2);
+    int bits = (int)luaL_optinteger(L, 3, 0);
+    codec *c = lua_newuserdata(L, sizeof *c);
+    memset(c, 0, sizeof *c);
+    c->z = get_zctx(L);
+    c->bits = bits >= 9 && bits <= 15 ? bits : 0;
+    kh_ws_conn_init(&c->w, (uint64_t)mm, (uint64_t)mf, c->bits != 0, &CBS, c);
+    luaL_getmetatable(L, CODEC_MT);
+    lua_setmetatable(L, -2);
+    return 1;
+}
+
+static int codec_gc(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    kh_ws_conn_free(&c->w);
+    free(c->out);
+    c->out = NULL;
+    c->olen = c->ocap = 0;
+    return 0;
+}
+
+static void push_out(lua_State *L, codec *c)
+{
+    if (c->olen)
+        lua_pushlstring(L, (const char *)c->out, c->olen);
+    else
+        lua_pushnil(L);
+    c->olen = 0;
+    if (c->ocap > 4096) { /* a burst of pongs: give the memory back */
+        free(c->out);
+        c->out = NULL;
+        c->ocap = 0;
+    }
+}
+
+/* feed(codec, chunk, list, max) -> status ("ok"|"paused"|"closed"), used, nil, code; list gets
+ * (message, binary) and (frame, 0) pairs; it pauses after max messages */
+static int l_feed(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    size_t n;
+    const char *p = luaL_checklstring(L, 2, &n);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    int max = (int)luaL_optinteger(L, 4, 1 << 30);
+    zctx *z = get_zctx(L);
+    if (n > z->scap) {
+        uint8_t *b = realloc(z->scratch, n);
+        if (!b)
+            return luaL_error(L, "out of memory");
+        z->scratch = b;
+        z->scap = n;
+    }
+    memcpy(z->scratch, p, n); /* unmasked in place */
+    c->L = L;
+    c->list = 3;
+    c->count = 0;
+    c->max = max < 1 ? 1 : max;
+    size_t used = 0;
+    int r = kh_ws_conn_feed(&c->w, z->scratch, n, &used);
+    c->L = NULL;
+    if (z->scap > 65536) { /* keep a big frame's scratch no longer than this call */
+        free(z->scratch);
+        z->scratch = NULL;
+        z->scap = 0;
+    }
+    lua_pushstring(L, r == KH_WS_OK ? "ok" : r == KH_WS_PAUSED ? "paused" : "closed");
+    lua_pushinteger(L, (lua_Integer)used);
+    push_out(L, c);
+    lua_pushinteger(L, c->w.close_code);
+    return 4;
+}
+
+/* frame(codec, opcode, data) -> the bytes of one server frame (data messages compressed when
+ * permessage-deflate was negotiated) */
+static int l_frame(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    int op = (int)luaL_checkinteger(L, 2);
+    size_t n;
+    const char *p = luaL_checklstring(L, 3, &n);
+    uint8_t hdr[KH_WS_HDR_MAX];
+    uint8_t *z = NULL;
+    size_t zl = 0;
+    int rsv1 = 0;
+    if (c->bits && (op == KH_WS_OP_TEXT || op == KH_WS_OP_BINARY)) {
+        zctx *x = c->z;
+        if (!x->has_def[c->bits]) {
+            if (kh_ws_deflater_init(&x->def[c->bits], c->bits) != 0)
+                return luaL_error(L, "zlib: deflateInit failed");
+            x->has_def[c->bits] = 1;
+        }
+        if (kh_ws_deflate_msg(&x->def[c->bits], (const uint8_t *)p, n, &z, &zl) != 0)
+            return luaL_error(L, "zlib: deflate failed");
+        p = (const char *)z;
+        n = zl;
+        rsv1 = 1;
+    }
+    size_t hl = kh_ws_frame_header(hdr, op, 1, rsv1, n);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addlstring(&b, (const char *)hdr, hl);
+    luaL_addlstring(&b, p, n);
+    free(z);
+    luaL_pushresult(&b);
+    return 1;
+}
+
+/* close(codec, code, reason) -> the close frame, or nil when one was already sent */
+static int l_close(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    unsigned code = (unsigned)luaL_optinteger(L, 2, 0);
+    size_t n = 0;
+    const char *r = luaL_optlstring(L, 3, "", &n);
+    kh_ws_conn_close(&c->w, code, r, n);
+    push_out(L, c);
+    return 1;
+}
+
+/* state(codec) -> close_sent, closed, close_code */
+static int l_state(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    lua_pushboolean(L, c->w.close_sent);
+    lua_pushboolean(L, c->w.closed);
+    lua_pushinteger(L, c->w.close_code);
+    return 3;
+}
+
+static int l_accept(lua_State *L)
+{
+    size_t n;
+    const char *key = luaL_checklstring(L, 1, &n);
+    if (!kh_ws_key_ok(key, n)) {
+        lua_pushnil(L);
+        return 1;
+    }
+    char out[KH_WS_ACCEPT_LEN];
+    kh_ws_accept(key, n, out);
+    lua_pushlstring(L, out, sizeof out);
+    return 1;
+}
+
+static int l_version_ok(lua_State *L)
+{
+    size_t n;
+    const char *v = luaL_checklstring(L, 1, &n);
+    lua_pushboolean(L, kh_ws_version_ok(v, n));
+    return 1;
+}
+
+static int l_has_token(lua_State *L)
+{
+    size_t n;
+    const char *v = luaL_checklstring(L, 1, &n);
+    lua_pushboolean(L, kh_ws_has_token(v, n, luaL_checkstring(L, 2)));
+    return 1;
+}
+
+/* pmd(offer) -> response extension, server window bits | nil */
+static int l_pmd(lua_State *L)
+{
+    size_t n;
+    const char *v = luaL_checklstring(L, 1, &n);
+    kh_ws_pmd pmd;
+    char resp[160];
+    size_t rl = kh_ws_pmd_negotiate(v, n, &pmd, resp, sizeof resp);
+    if (!rl) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushlstring(L, resp, rl);
+    lua_pushinteger(L, pmd.server_max_window_bits);
+    return 2;
+}
+
+static int l_close_code_ok(lua_State *L)
+{
+    lua_Integer c = luaL_checkinteger(L, 1);
+    lua_pushboolean(L, c > 0 && c < 65536 && kh_ws_close_code_ok((unsigned)c));
+    return 1;
+}
+
+/* ws_limits() -> {message_bytes, frame_bytes, queue, deflate, close_timeout (s)} */
+static int l_limits(lua_State *L)
+{
+    const kh_limits *l = ((kh_lua *)lua_touserdata(L, lua_upvalueindex(2)))->w->limits;
+    lua_createtable(L, 0, 5);
+    lua_pushnumber(L, (lua_Number)l->ws_message_bytes);
+    lua_setfield(L, -2, "message_bytes");
+    lua_pushnumber(L, (lua_Number)l->ws_frame_bytes);
+    lua_setfield(L, -2, "frame_bytes");
+    lua_pushnumber(L, (lua_Number)l->ws_queue);
+    lua_setfield(L, -2, "queue");
+    lua_pushboolean(L, l->ws_deflate != 0);
+    lua_setfield(L, -2, "deflate");
+    lua_pushnumber(L, (lua_Number)l->ws_close_timeout_ms / 1000.0);
+    lua_setfield(L, -2, "close_timeout");
+    return 1;
+}
+
+/* Sets the ws_* functions on the table on top. */
+void kh__lua_open_ws(lua_State *L, kh_lua *K)
+{
+    static const luaL_Reg fns[] = {
+        {"ws_codec", l_codec},       {"ws_feed", l_feed},           {"ws_frame", l_frame},
+        {"ws_close", l_close},       {"ws_state", l_state},         {"ws_accept", l_accept},
+        {"ws_version_ok", l_version_ok}, {"ws_has_token", l_has_token}, {"ws_pmd", l_pmd},
+        {"ws_close_code_ok", l_close_code_ok}, {"ws_limits", l_limits}, {NULL, NULL},
+    };
+    if (luaL_newmetatable(L, CODEC_MT)) {
+        lua_pushcfunction(L, codec_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, ZCTX_MT)) {
+        lua_pushcfunction(L, zctx_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    zctx *z = lua_newuserdata(L, sizeof *z);
+    memset(z, 0, sizeof *z);
+    luaL_getmetatable(L, ZCTX_MT);
+    lua_setmetatable(L, -2);
+    int zi = lua_gettop(L);
+    for (const luaL_Reg *f = fns; f->name; f++) {
+        lua_pushvalue(L, zi);
+        lua_pushlightuserdata(L, K);
+        lua_pushcclosure(L, f->func, 2);
+        lua_setfield(L, zi - 1, f->name);
+    }
+    lua_pop(L, 1);
+}

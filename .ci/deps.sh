@@ -4,10 +4,10 @@
 set -euo pipefail
 what=${1:-run}
 # luajit2 (the luajit command) compiles khamsin's Lua modules to the bytecode built into the binary
-pkgs=(cmake make gcc pkg-config libluajit2-5.1-dev luajit2 libuv1-dev libnghttp2-dev libssl-dev lua-cjson curl)
+pkgs=(cmake make gcc pkg-config libluajit2-5.1-dev luajit2 libuv1-dev libnghttp2-dev libssl-dev lua-cjson curl zlib1g-dev libbrotli-dev libzstd-dev)
 if [ "$what" = test ] || [ "$what" = bench ]; then
   # luarocks: spec/luarocks_spec.lua; lua5.1: khamsin.test under PUC Lua (spec/khamsin_test_spec.lua)
-  pkgs+=(lua-busted lua-socket lua-sec luarocks lua5.1 clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh nginx)
+  pkgs+=(lua-busted lua-socket lua-sec luarocks lua5.1 clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh nginx python3-brotli zstd)
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps slowhttptest)

@@ -14,9 +14,16 @@
 typedef struct kh_chan_msg kh_chan_msg;
 typedef struct kh_chan kh_chan;
 
+/* Message codes: the app's own (kh_app_vt.on_message) are below KH_MSG_WORKER_BASE; the worker's
+ * (a reload request, ...) are from it up, handled by kh_worker itself, never passed to an app. */
+#define KH_MSG_WORKER_BASE 0x10000
+#define KH_MSG_IS_WORKER(type) ((type) >= KH_MSG_WORKER_BASE)
+
 struct kh_chan_msg {
     kh_chan_msg *next;
-    int type;                        /* the receiver's own codes */
+    int type;                        /* the receiver's own codes (see KH_MSG_WORKER_BASE) */
+    uint32_t gen;                    /* the app instance it is for (kh_app_inst.gen); 0: the
+                                      * receiver's current one */
     void (*dispose)(kh_chan_msg *m); /* frees m when nobody will receive it */
 };
 

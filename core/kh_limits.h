@@ -45,7 +45,16 @@
     X(tls_ticket_rotate_s, 3600, 1, 604800, "a session-ticket key encrypts this long, decrypts as long again") \
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
-    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")          \
+    X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")             \
+    X(compress, 0, 0, 1, "1: compress responses by Accept-Encoding (zstd, br, gzip); off by default (BREACH, CPU)") \
+    X(compress_min_bytes, 1024, 0, 1073741824, "smallest body compressed (streamed bodies always are)") \
+    X(compress_gzip_level, 5, 1, 9, "gzip level (zlib)")                                          \
+    X(compress_br_level, 4, 0, 11, "br quality (libbrotlienc)")                                   \
+    X(compress_zstd_level, 3, 1, 19, "zstd level (libzstd)")                                      \
+    X(form_fields, 1000, 1, 10000000, "max fields in a req:form() body (400)")                    \
+    X(multipart_parts, 100, 1, 10000000, "max parts in a req:multipart() body (400)")             \
+    X(multipart_header_bytes, 8192, 64, 1048576, "max bytes of one multipart part's header block (400)") \
+    X(multipart_part_bytes, 8388608, 1, 1099511627776ULL, "max bytes of one multipart part (400)") \
     X(stream_high_water, 65536, 1024, 67108864, "bytes a streamed response (res:write, SSE) may queue before the writer waits (resumes at half)") \
     X(body_window, 262144, 1024, 67108864, "bytes of an incremental request body (req:body_reader, tunnels) buffered before reading pauses") \
     X(sse_keepalive_ms, 15000, 0, 3600000, "SSE keep-alive comment after this long without an event (0: off)") \

@@ -91,6 +91,7 @@ struct kh_router {
     uint8_t order[MAX_METHODS];  /* ids in Allow order */
     uint32_t nmethods;
     size_t allow_all; /* strlen of the Allow list of every method */
+    intptr_t fallback; /* kh_router_set_fallback: the app's value for 404/405, or 0 */
 };
 
 enum { SEG_LIT, SEG_PARAM, SEG_SPLAT };
@@ -303,6 +304,16 @@ static void node_free_children(route_node *n)
     free(n->handlers);
     free(n->allow);
     free((char *)n->seg.ptr);
+}
+
+void kh_router_set_fallback(kh_router *r, intptr_t value)
+{
+    r->fallback = value;
+}
+
+intptr_t kh_router_fallback(const kh_router *r)
+{
+    return r->fallback;
 }
 
 void kh_router_free(kh_router *r)

@@ -68,4 +68,10 @@ int kh_router_add(kh_router *r, const char *method, size_t method_len, const cha
  * "/health" and an OPTIONS splat route on "/": DELETE /health is 405, Allow "GET, HEAD, OPTIONS"). */
 int kh_router_match(const kh_router *r, kh_str method, kh_str path, kh_route_match *m);
 
+/* The app's value for requests no route answers (404, 405), or 0 (the default: the engine
+ * answers those itself, without entering the app). The Lua binding sets it when the app has
+ * middleware or error handlers (k.use, k.on_error). kh_router_match does not look at it. */
+void kh_router_set_fallback(kh_router *r, intptr_t value);
+intptr_t kh_router_fallback(const kh_router *r);
+
 #endif

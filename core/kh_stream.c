@@ -1,7 +1,10 @@
 /* kh_stream.c: the protocol-neutral request/response (see kh_stream.h).
  * Owns:  stream pooling and generations, the head arena, the request body buffer, routing (on
  *        the path's normal form, kh_path.h) and the replies the engine gives without the app
- *        (400 for a path with no normal form or a param holding "..", 404, 405, 413).
+ *        (400 for a path with no normal form or a param holding "..", 413; 404 and 405 unless
+ *        the app asked for them: kh_router_set_fallback).
+ *        Two reply-path hooks, each in its own functions: the 304 for a conditional GET/HEAD
+ *        (kh_cond.h) and response compression (kh_compress.h, only with the compress limit on).
  * In:    kh_stream_on_* from protocols; kh_stream_send_* from the app.
  * Out:   sink calls; kh_app_vt calls; access-log lines.
  * Never: formats wire bytes. */
@@ -12,6 +15,8 @@
 #include <stdio.h>
 
 #include "kh_app.h"
+#include "kh_compress.h"
+#include "kh_cond.h"
 #include "kh_err.h"
 #include "kh_log.h"
 #include "kh_path.h"
@@ -52,11 +57,13 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
     s->id = ++w->next_stream_id;
     s->scheme = "http";
     s->status = 0;
+    s->compress = NULL;
     s->bytes_sent = 0;
     s->app_data = NULL;
     s->app_wait = 0;
     s->app_defer = NULL;
     s->tunnel_proto[0] = '\0';
+    s->inst = NULL;
     s->body_limit = w->limits->body_bytes;
     s->start_ms = uv_now(&w->loop);
     return s;
@@ -72,12 +79,18 @@ void kh_stream_release(kh_stream *s)
     if (--s->refs > 0)
         return;
     kh_worker *w = s->worker;
+    if (s->inst) {
+        kh_app_inst_release(s->inst);
+        s->inst = NULL;
+    }
     free(s->arena);
     s->arena = NULL;
     if (s->params != s->params_inline)
         free(s->params);
     s->params = s->params_inline;
     kh_buf_release(&s->body, &w->bufs);
+    kh_compress_free(s->compress); /* a compressed reply that never finished */
+    s->compress = NULL;
     s->gen++; /* every {pointer, generation} pair the app still holds is now stale */
     s->proto = NULL;
     s->pool_next = w->stream_pool;
@@ -126,12 +139,19 @@ void kh_stream_set_head(kh_stream *s, kh_str method, kh_str target, kh_str path,
     for (size_t i = 0; i < n; i++) {
         copy_str(&at, &s->headers[i].name, h[i].name, 1);
         copy_str(&at, &s->headers[i].value, h[i].value, 0);
+        /* If-None-Match, If-Modified-Since (13, 17 bytes): checked at send_head (kh_cond.h) */
+        if (KH_UNLIKELY(h[i].name.len == 13 || h[i].name.len == 17) &&
+            (kh_str_eq(s->headers[i].name, "if-none-match", 13) ||
+             kh_str_eq(s->headers[i].name, "if-modified-since", 17)))
+            s->flags |= KH_STREAM_F_COND;
     }
     s->num_headers = (uint32_t)n;
     s->version_major = (uint8_t)major;
     s->version_minor = (uint8_t)minor;
     if (kh_str_eq(s->method, "HEAD", 4))
         s->flags |= KH_STREAM_F_HEAD_METHOD;
+    if (!(s->flags & KH_STREAM_F_HEAD_METHOD) && !kh_str_eq(s->method, "GET", 3))
+        s->flags &= (uint16_t)~KH_STREAM_F_COND; /* 304 is for GET and HEAD only */
 }
 
 const kh_header *kh_stream_header(const kh_stream *s, const char *lname, size_t len)
@@ -157,11 +177,23 @@ int kh_stream_expect_body(kh_stream *s, int64_t length)
     return 0;
 }
 
+/* The app state a stream's calls go to: its instance's, or the worker's for a worker-shaped
+ * test harness that has no instances. app_gone: its instance is closed (the worker stops). */
+static void *stream_app(kh_stream *s)
+{
+    return s->inst ? s->inst->app : s->worker->app;
+}
+
+static int app_gone(kh_stream *s)
+{
+    return s->inst && s->inst->closed;
+}
+
 static void notify_body(kh_stream *s)
 {
-    if ((s->flags & KH_STREAM_F_APP) && s->app_wait) {
+    if ((s->flags & KH_STREAM_F_APP) && s->app_wait && !app_gone(s)) {
         kh_worker *w = s->worker;
-        w->cfg->app->on_body(w->app, s);
+        w->cfg->app->on_body(stream_app(s), s);
     }
 }
 
@@ -214,6 +246,7 @@ void kh_stream_on_head(kh_stream *s)
     }
     kh_route_match m;
     m.num_params = 0;
+    const kh_router *rt = w->inst ? w->inst->router : w->router;
     if (s->flags & KH_STREAM_F_TUNNEL_REQ) {
         /* a route of the tunnel kind ("@websocket") first; without one the request is an
          * ordinary one (an h1 GET + Upgrade is served as HTTP/1.1, the Upgrade ignored) */
@@ -221,29 +254,33 @@ void kh_stream_on_head(kh_stream *s)
         size_t klen = strlen(s->tunnel_proto);
         kind[0] = '@';
         memcpy(kind + 1, s->tunnel_proto, klen);
-        kh_router_match(w->router, (kh_str){kind, klen + 1}, s->path, &m);
+        kh_router_match(rt, (kh_str){kind, klen + 1}, s->path, &m);
         if (m.status != 0 && m.status != 400) {
             s->flags &= ~KH_STREAM_F_TUNNEL_REQ;
             m.num_params = 0;
-            kh_router_match(w->router, s->method, s->path, &m);
+            kh_router_match(rt, s->method, s->path, &m);
         }
     } else {
-        kh_router_match(w->router, s->method, s->path, &m);
+        kh_router_match(rt, s->method, s->path, &m);
     }
     if (m.status == 400) {
         kh_stream_respond_error(s, 400, "a path parameter holds a '..' segment", 0);
         return;
     }
-    if (m.status == 404) {
+    if ((m.status == 404 || m.status == 405) && kh_router_fallback(rt) != 0) {
+        /* the app has middleware or error handlers: they see unmatched requests too */
+        m.value = kh_router_fallback(rt);
+        s->route_status = m.status;
+    } else if (m.status == 404) {
         kh_stream_respond_error(s, 404, "Not Found", 0);
         return;
     }
-    if (m.status == 405 && m.allow[0] == '\0') {
+    else if (m.status == 405 && m.allow[0] == '\0') {
         /* the path has routes of a tunnel kind only (k.websocket): RFC 9110 §15.5.22 */
         kh_stream_respond_error(s, 426, "Upgrade Required", 0);
         return;
     }
-    if (m.status == 405) {
+    else if (m.status == 405) {
         kh_header allow = {KH_STR_LIT("Allow"), {m.allow, strlen(m.allow)}};
         kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain; charset=utf-8")};
         kh_header hs[2] = {allow, ct};
@@ -262,7 +299,11 @@ void kh_stream_on_head(kh_stream *s)
     memcpy(s->params, m.params, m.num_params * sizeof m.params[0]);
     s->flags |= KH_STREAM_F_APP;
     kh_stream_retain(s);
-    w->cfg->app->dispatch(w->app, s);
+    if (w->inst) {
+        s->inst = w->inst;
+        kh_app_inst_retain(s->inst);
+    }
+    w->cfg->app->dispatch(stream_app(s), s);
 }
 
 void kh_stream_on_reset(kh_stream *s, int err)
@@ -273,9 +314,9 @@ void kh_stream_on_reset(kh_stream *s, int err)
     s->proto = NULL;
     if (s->body_state == KH_BODY_READING)
         s->body_state = KH_BODY_ABORTED;
-    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED)) {
+    if ((s->flags & KH_STREAM_F_APP) && !(s->flags & KH_STREAM_F_ENDED) && !app_gone(s)) {
         kh_worker *w = s->worker;
-        w->cfg->app->on_abort(w->app, s);
+        w->cfg->app->on_abort(stream_app(s), s);
     }
     kh_stream_release(s); /* the protocol's ref */
 }
@@ -366,6 +407,146 @@ static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t 
     return r;
 }
 
+/* A conditional GET/HEAD answered 200: 1 when the validators match (kh_cond.h), so the answer
+ * is 304 (send_304). */
+static int not_modified(const kh_stream *s, const kh_header *h, size_t n)
+{
+    kh_str inm = {0}, ims = {0}, etag = {0}, lm = {0};
+    const kh_header *f = kh_stream_header(s, "if-none-match", 13);
+    if (f)
+        inm = f->value;
+    if ((f = kh_stream_header(s, "if-modified-since", 17)) != NULL)
+        ims = f->value;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i].name.len == 4 && kh_str_ieq_lower(h[i].name, "etag", 4))
+            etag = h[i].value;
+        else if (h[i].name.len == 13 && kh_str_ieq_lower(h[i].name, "last-modified", 13))
+            lm = h[i].value;
+    }
+    return kh_cond_not_modified(inm, ims, etag, lm);
+}
+
+/* 304 with the fields a 304 keeps; no body follows (send_data drops it). */
+static int send_304(kh_stream *s, const kh_header *h, size_t n)
+{
+    kh_header local[16];
+    kh_header *keep = n <= KH_ARRAY_LEN(local) ? local : kh_xmalloc(n * sizeof *keep);
+    size_t k = kh_cond_304_headers(h, n, keep);
+    s->status = 304; /* the sinks and send_data then send no body */
+    int r = send_head_extra(s, 304, keep, k, -1);
+    if (keep != local)
+        free(keep);
+    return r;
+}
+
+/* ---- compression (kh_compress.h): the reply path's one hook, taken only with compress=1 ---- */
+
+static kh_str accept_encoding(const kh_stream *s)
+{
+    const kh_header *f = kh_stream_header(s, "accept-encoding", 15);
+    return f ? f->value : (kh_str){NULL, 0};
+}
+
+/* h + Vary: Accept-Encoding (+ Content-Encoding when coding) into a new array the caller frees
+ * when it is not local. */
+static kh_header *with_coding(const kh_header *h, size_t n, int coding, kh_header *local,
+                              size_t local_n, size_t *k)
+{
+    kh_header *all = n + 2 <= local_n ? local : kh_xmalloc((n + 2) * sizeof *all);
+    if (n)
+        memcpy(all, h, n * sizeof *h);
+    *k = n;
+    all[(*k)++] = (kh_header){KH_STR_LIT("Vary"), KH_STR_LIT("Accept-Encoding")};
+    if (coding) {
+        const char *name = kh_compress_name(coding);
+        all[(*k)++] = (kh_header){KH_STR_LIT("Content-Encoding"), {name, strlen(name)}};
+    }
+    return all;
+}
+
+/* A streamed (or not yet known) body: the encoder lives on the stream, send_data feeds it. */
+static int send_head_compress(kh_stream *s, int status, const kh_header *h, size_t n,
+                              int64_t content_length)
+{
+    const kh_limits *l = s->worker->limits;
+    int coding;
+    if (!kh_compress_choose(l, status, (s->flags & KH_STREAM_F_HEAD_METHOD) != 0,
+                            accept_encoding(s), h, n, content_length, &coding))
+        return send_head_extra(s, status, h, n, content_length);
+    if (coding && (s->compress = kh_compress_new(coding, l, content_length)) != NULL)
+        content_length = -1;
+    else
+        coding = 0;
+    kh_header local[16];
+    size_t k;
+    kh_header *all = with_coding(h, n, coding, local, KH_ARRAY_LEN(local), &k);
+    int r = send_head_extra(s, status, all, k, content_length);
+    if (all != local)
+        free(all);
+    return r;
+}
+
+/* Feeds the encoder and sends what it gives; a flush on every write (each res:write / SSE event
+ * must be decodable on arrival), the end of the coding with fin. */
+static int send_data_compress(kh_stream *s, const char *p, size_t n, int fin)
+{
+    int r = kh_compress_write(s->compress, p, n, fin);
+    size_t len;
+    const char *out = kh_compress_out(s->compress, &len);
+    if (r != 0) {
+        s->sink->reset(s, r);
+        return r;
+    }
+    s->bytes_sent += len;
+    if (fin) {
+        s->flags |= KH_STREAM_F_ENDED;
+        kh_worker_access_log(s->worker, s);
+    }
+    r = s->sink->data(s, out, len, fin); /* the sink copies */
+    kh_compress_consumed(s->compress);
+    if (fin) {
+        kh_compress_free(s->compress);
+        s->compress = NULL;
+    }
+    return r;
+}
+
+/* A whole body: compressed before the head, so it keeps a Content-Length. Sent as it is (with
+ * Vary) when the coded form is not smaller. */
+static int respond_compress(kh_stream *s, int status, const kh_header *h, size_t n,
+                            const char *body, size_t len)
+{
+    const kh_limits *l = s->worker->limits;
+    int coding;
+    kh_compress *z = NULL;
+    if (!kh_compress_choose(l, status, (s->flags & KH_STREAM_F_HEAD_METHOD) != 0,
+                            accept_encoding(s), h, n, (int64_t)len, &coding))
+        coding = -1;
+    else if (coding && ((z = kh_compress_new(coding, l, (int64_t)len)) == NULL ||
+                        kh_compress_write(z, body, len, 1) != 0))
+        coding = 0;
+    size_t zlen = 0;
+    const char *zout = z && coding ? kh_compress_out(z, &zlen) : NULL;
+    if (zout && zlen >= len)
+        coding = 0;
+    kh_header local[16], *all = (kh_header *)h;
+    size_t k = n;
+    if (coding >= 0)
+        all = with_coding(h, n, coding, local, KH_ARRAY_LEN(local), &k);
+    if (coding > 0) {
+        body = zout;
+        len = zlen;
+    }
+    s->flags |= KH_STREAM_F_CODED;
+    int r = kh_stream_send_head(s, status, all, k, (int64_t)len);
+    if (r == 0)
+        r = kh_stream_send_data(s, body, len, 1);
+    if (all != h && all != local)
+        free(all);
+    kh_compress_free(z);
+    return r;
+}
+
 int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
                         int64_t content_length)
 {
@@ -380,6 +561,10 @@ int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
             return KH_EINVAL;
     s->flags |= KH_STREAM_F_HEAD_SENT;
     s->status = status;
+    if (KH_UNLIKELY(s->flags & KH_STREAM_F_COND) && status == 200 && not_modified(s, h, n))
+        return send_304(s, h, n);
+    if (KH_UNLIKELY(s->worker->limits->compress) && !(s->flags & KH_STREAM_F_CODED))
+        return send_head_compress(s, status, h, n, content_length);
     return send_head_extra(s, status, h, n, content_length);
 }
 
@@ -389,10 +574,12 @@ int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin)
         return KH_ECLOSED;
     if (!(s->flags & KH_STREAM_F_HEAD_SENT) || (s->flags & KH_STREAM_F_ENDED))
         return KH_EPROTO;
-    if (s->flags & KH_STREAM_F_HEAD_METHOD)
+    if ((s->flags & KH_STREAM_F_HEAD_METHOD) || s->status == 304)
         n = 0;
     if (n == 0 && !fin)
         return 0;
+    if (KH_UNLIKELY(s->compress != NULL))
+        return send_data_compress(s, p, n, fin);
     s->bytes_sent += n;
     if (fin) {
         s->flags |= KH_STREAM_F_ENDED;
@@ -404,6 +591,8 @@ int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin)
 int kh_stream_respond(kh_stream *s, int status, const kh_header *h, size_t n, const char *body,
                       size_t len)
 {
+    if (KH_UNLIKELY(s->worker->limits->compress) && s->proto && !(s->flags & KH_STREAM_F_HEAD_SENT))
+        return respond_compress(s, status, h, n, body, len);
     int r = kh_stream_send_head(s, status, h, n, (int64_t)len);
     if (r != 0)
         return r;
@@ -473,7 +662,7 @@ void kh_stream_on_drain(kh_stream *s)
     kh_worker *w = s->worker;
     if ((s->flags & KH_STREAM_F_APP) && w->cfg->app->on_drain) {
         kh_stream_retain(s); /* the app may end the stream from its callback */
-        w->cfg->app->on_drain(w->app, s);
+        w->cfg->app->on_drain(stream_app(s), s);
         kh_stream_release(s);
     }
 }
@@ -495,7 +684,8 @@ int kh_stream_allow_large_body(kh_stream *s)
         return 0;
     kh_route_match m;
     m.num_params = 0;
-    if (kh_router_match(s->worker->router, s->method, s->path, &m) != 0 ||
+    kh_worker *w = s->worker;
+    if (kh_router_match(w->inst ? w->inst->router : w->router, s->method, s->path, &m) != 0 ||
         !(m.value & KH_ROUTE_BODY_STREAM))
         return 0;
     s->body_state = KH_BODY_READING;

@@ -42,6 +42,8 @@
 #include "kh_common.h"
 #include "kh_router.h"
 
+typedef struct kh_app_inst kh_app_inst;
+
 typedef struct kh_stream kh_stream;
 typedef struct kh_worker kh_worker;
 
@@ -109,6 +111,9 @@ enum {
     KH_STREAM_F_TUNNEL = 1u << 10,    /* the tunnel is accepted: raw bytes both ways */
     KH_STREAM_F_HELD = 1u << 11,      /* an idle long-lived stream (SSE held after its handler):
                                        * its request head arena was released (memory) */
+    KH_STREAM_F_COND = 1u << 12,      /* a GET/HEAD with If-None-Match or If-Modified-Since:
+                                       * send_head may turn a 200 into 304 (kh_cond.h) */
+    KH_STREAM_F_CODED = 1u << 13,     /* compression was decided (kh_stream_respond) */
 };
 
 /* A route value (kh_router_add) with this bit set belongs to a route whose handler reads the
@@ -149,12 +154,14 @@ struct kh_stream {
 
     /* routing */
     intptr_t route_value;
+    int route_status; /* 0 matched; 404 / 405 when route_value is the router's fallback */
     uint32_t num_params;
     kh_route_param *params; /* params_inline, or malloc'd for more than two (freed with s):
                              * an idle long-lived stream keeps no room for 16 (issue 10) */
     kh_route_param params_inline[2];
 
     /* response */
+    struct kh_compress *compress; /* the body's encoder while a streamed reply is compressed */
     int status;
     uint64_t bytes_sent;
     uint64_t start_ms;
@@ -164,6 +171,8 @@ struct kh_stream {
     int app_wait; /* what the app waits for (its own codes); 0 when running or idle */
     void *app_defer; /* non-NULL while a deferred reply (res:defer) holds the stream: the app
                       * then keeps KH_STREAM_F_APP and a ref after its coroutine ended */
+    kh_app_inst *inst; /* the app instance it was dispatched to (kh_app.h), retained until the
+                        * stream is freed: every later app call for it goes to inst->app */
 
     /* tunnel request: the protocol asked for, lower case ("websocket"); "" when none */
     char tunnel_proto[KH_TUNNEL_PROTO_MAX];
@@ -190,7 +199,8 @@ void kh_stream_on_body_end(kh_stream *s);
  * is out yet (else resets), and tells an app waiting for the body. */
 void kh_stream_on_body_error(kh_stream *s, int status, const char *reason);
 /* The head (and any body bytes already at hand) is in: answers 413 / 404 / 405 itself, or
- * dispatches to the app. The response may be complete when this returns. */
+ * dispatches to the app (404 / 405 too, with route_status set, when the router has a fallback
+ * value: kh_router_set_fallback). The response may be complete when this returns. */
 void kh_stream_on_head(kh_stream *s);
 /* The protocol side is gone (connection lost, reset, bad framing): the app is told, the
  * protocol's ref is dropped, and s->proto cleared. */
@@ -198,7 +208,10 @@ void kh_stream_on_reset(kh_stream *s, int err);
 
 /* App -> protocol. All return 0 or a negative code (KH_ECLOSED when the peer is gone, KH_EINVAL
  * for a header name or value that could split the response, KH_EPROTO when out of order).
- * send_head adds X-Request-Id (kh_reqid.h) to every response and, on a KH_STREAM_F_TLS stream,
+ * send_head answers 304 instead of a 200 to a GET/HEAD whose If-None-Match / If-Modified-Since
+ * the response's ETag / Last-Modified satisfy (RFC 9110 §13.2.2; kh_cond.h; the body is then
+ * dropped), compresses the body when the compress limit is on and the response qualifies
+ * (kh_compress.h: Content-Encoding and Vary added, each send_data flushed), adds X-Request-Id (kh_reqid.h) to every response and, on a KH_STREAM_F_TLS stream,
  * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options: nosniff (limit
  * tls_nosniff), each unless h already has that field. */
 int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,

@@ -5,7 +5,9 @@
  * Out:   connections handed to kh_conn; app init through kh_app_vt; for the supervisor's
  *        watchdog, a heartbeat stamp and the app's slice bracket (kh_worker_watch), read
  *        without locks but for the slice's name, which is copied under `mu` while the app is
- *        open (worker_loop raises app_closing under `mu` before it closes the app). */
+ *        open (worker_loop raises app_closing under `mu` before it closes the app); app
+ *        instances (kh_app.h): built at load and at each reload (a worker-level mailbox
+ *        message), retired ones closed from the prepare phase once unused. */
 #include "kh_worker.h"
 
 #include <errno.h>
@@ -69,9 +71,13 @@ static void write_access_log(kh_worker *w)
         kh_buf_release(&w->access_log, NULL);
 }
 
+static void close_retired(kh_worker *w);
+
 static void flush_cb(uv_prepare_t *p)
 {
     kh_worker *w = p->data;
+    if (w->retired_idle)
+        close_retired(w);
     while (w->flush_head) {
         kh_conn *c = w->flush_head;
         w->flush_head = c->flush_next;
@@ -83,11 +89,223 @@ static void flush_cb(uv_prepare_t *p)
     write_access_log(w);
 }
 
+/* ---- app instances ---- */
+
+void kh_app_inst_retain(kh_app_inst *in)
+{
+    in->users++;
+}
+
+void kh_app_inst_release(kh_app_inst *in)
+{
+    if (--in->users == 0 && in->retired && !in->closed)
+        in->w->retired_idle = 1; /* closed from the prepare phase, outside its callbacks */
+}
+
+kh_app_inst *kh_worker_inst_find(kh_worker *w, uint32_t gen)
+{
+    if (gen == 0 || (w->inst && w->inst->gen == gen))
+        return w->inst && !w->inst->closed ? w->inst : NULL;
+    for (kh_app_inst *in = w->retired; in; in = in->next)
+        if (in->gen == gen)
+            return in->closed ? NULL : in;
+    return NULL;
+}
+
+/* Closes an instance's app state. The watchdog may be copying a slice name that is one of its
+ * strings: that happens under mu, so the name is cleared under mu first. */
+static void inst_close(kh_worker *w, kh_app_inst *in)
+{
+    if (in->closed)
+        return;
+    uv_mutex_lock(&w->mu);
+    atomic_store_explicit(&w->slice_name, NULL, memory_order_release);
+    uv_mutex_unlock(&w->mu);
+    in->closed = 1;
+    if (in->app)
+        w->cfg->app->worker_close(in->app);
+    in->app = NULL;
+}
+
+static void inst_free(kh_app_inst *in)
+{
+    if (in->router)
+        kh_router_free(in->router);
+    free(in);
+}
+
+static void close_retired(kh_worker *w)
+{
+    w->retired_idle = 0;
+    kh_app_inst **pp = &w->retired;
+    while (*pp) {
+        kh_app_inst *in = *pp;
+        if (in->users == 0) {
+            uint32_t gen = in->gen;
+            inst_close(w, in);
+            *pp = in->next;
+            inst_free(in);
+            KH_LOG_INFO("reload: generation %u closed (its last user ended)", gen);
+        } else {
+            pp = &in->next;
+        }
+    }
+}
+
+/* Builds a new instance on this thread; 0, or -1 with the app's message in err. */
+static kh_app_inst *inst_build(kh_worker *w, char *err, size_t errlen)
+{
+    kh_app_inst *in = kh_xcalloc(1, sizeof *in);
+    in->w = w;
+    in->gen = w->last_gen + 1;
+    in->users = 1; /* the worker's, while it is the current one */
+    in->router = kh_router_new();
+    void *app = NULL;
+    if (w->cfg->app->worker_init(w, in, &app, err, errlen) != 0) {
+        inst_free(in);
+        return NULL;
+    }
+    in->app = app;
+    w->last_gen = in->gen;
+    return in;
+}
+
+static void dev_files_update(kh_worker *w)
+{
+    const char *f = NULL;
+    if (w->cfg->dev && w->cfg->app->loaded_files && w->app)
+        f = w->cfg->app->loaded_files(w->app);
+    char *copy = f ? strdup(f) : NULL;
+    uv_mutex_lock(&w->mu);
+    free(w->dev_files);
+    w->dev_files = copy;
+    uv_mutex_unlock(&w->mu);
+}
+
+char *kh_worker_loaded_files(kh_worker *w)
+{
+    uv_mutex_lock(&w->mu);
+    char *copy = w->dev_files ? strdup(w->dev_files) : NULL;
+    uv_mutex_unlock(&w->mu);
+    return copy;
+}
+
+/* A reload request: one message per worker, all pointing at one batch. */
+typedef struct reload_batch {
+    uv_mutex_t mu;
+    int pending;
+    kh_reload_result r;
+    void (*done)(const kh_reload_result *r, void *ud);
+    void *ud;
+} reload_batch;
+
+typedef struct reload_msg {
+    kh_chan_msg base;
+    reload_batch *batch;
+} reload_msg;
+
+enum { KH_WMSG_RELOAD = KH_MSG_WORKER_BASE + 1 };
+
+static void reload_report(reload_batch *b, int tried, int ok, uint32_t gen, const char *err)
+{
+    uv_mutex_lock(&b->mu);
+    b->r.workers += tried;
+    b->r.ok += ok;
+    if (gen > b->r.gen)
+        b->r.gen = gen;
+    if (err && b->r.err[0] == '\0')
+        snprintf(b->r.err, sizeof b->r.err, "%s", err);
+    int last = --b->pending == 0;
+    uv_mutex_unlock(&b->mu);
+    if (!last)
+        return;
+    if (b->done)
+        b->done(&b->r, b->ud);
+    uv_mutex_destroy(&b->mu);
+    free(b);
+}
+
+static void reload_dispose(kh_chan_msg *m)
+{
+    reload_msg *rm = (reload_msg *)m;
+    reload_batch *b = rm->batch;
+    free(rm);
+    reload_report(b, 0, 0, 0, NULL); /* the worker has stopped: it does not count */
+}
+
+/* On the worker's thread: a new instance takes over new requests; the old one is retired. */
+static void worker_reload(kh_worker *w, reload_msg *rm)
+{
+    reload_batch *b = rm->batch;
+    free(rm);
+    if (w->stopping || w->inst == NULL) {
+        reload_report(b, 0, 0, 0, NULL);
+        return;
+    }
+    char *err = kh_xmalloc(2048);
+    err[0] = '\0';
+    kh_app_inst *in = inst_build(w, err, 2048);
+    if (in == NULL) {
+        KH_LOG_DEBUG("reload failed: %s (generation %u keeps serving)", err, w->inst->gen);
+        reload_report(b, 1, 0, 0, err);
+        free(err);
+        return;
+    }
+    free(err);
+    kh_app_inst *old = w->inst;
+    uv_mutex_lock(&w->mu); /* the supervisor's interrupt calls w->app under mu */
+    w->inst = in;
+    w->app = in->app;
+    w->router = in->router;
+    uv_mutex_unlock(&w->mu);
+    old->retired = 1;
+    old->next = w->retired;
+    w->retired = old;
+    if (w->cfg->app->retire)
+        w->cfg->app->retire(old->app);
+    KH_LOG_DEBUG("reload: generation %u serves; generation %u has %u users left", in->gen,
+                 old->gen, old->users - 1);
+    kh_app_inst_release(old); /* the worker's own */
+    dev_files_update(w);
+    reload_report(b, 1, 1, in->gen, NULL);
+}
+
+int kh_worker_reload_all(const kh_config *cfg, void (*done)(const kh_reload_result *r, void *ud),
+                         void *ud)
+{
+    reload_batch *b = kh_xcalloc(1, sizeof *b);
+    uv_mutex_init(&b->mu);
+    b->pending = cfg->workers + 1; /* +1: ours, until every message is posted */
+    b->done = done;
+    b->ud = ud;
+    if (cfg->code_epoch)
+        atomic_fetch_add(cfg->code_epoch, 1);
+    for (int i = 0; i < cfg->workers; i++) {
+        reload_msg *m = kh_xcalloc(1, sizeof *m);
+        m->base.type = KH_WMSG_RELOAD;
+        m->base.dispose = reload_dispose;
+        m->batch = b;
+        kh_worker_post(cfg, i, &m->base);
+    }
+    reload_report(b, 0, 0, 0, NULL);
+    return 0;
+}
+
 static void inbox_cb(kh_chan *ch, kh_chan_msg *m)
 {
     kh_worker *w = ch->data;
-    if (w->app && w->cfg->app->on_message)
-        w->cfg->app->on_message(w->app, m);
+    if (KH_MSG_IS_WORKER(m->type)) {
+        if (m->type == KH_WMSG_RELOAD)
+            worker_reload(w, (reload_msg *)m);
+        else if (m->dispose)
+            m->dispose(m);
+        return;
+    }
+    /* an app message goes to the instance of its generation (0: the current one); one for an
+     * instance closed since is disposed of */
+    kh_app_inst *in = kh_worker_inst_find(w, m->gen);
+    if (in && in->app && w->cfg->app->on_message)
+        w->cfg->app->on_message(in->app, m);
     else if (m->dispose)
         m->dispose(m);
 }
@@ -313,14 +531,17 @@ static int worker_load(kh_worker *w)
     snprintf(name, sizeof name, "w%d", w->id);
     kh_log_set_thread_name(name);
 
-    w->router = kh_router_new();
-    if (w->cfg->app->worker_init(w, w->router, &w->app, w->load_err, sizeof w->load_err) != 0) {
+    w->inst = inst_build(w, w->load_err, sizeof w->load_err);
+    if (w->inst == NULL) {
         w->app = NULL;
         report_ready(w, -1);
         finish_stop(w);
         kh_chan_close(&w->inbox);
         return 0;
     }
+    w->app = w->inst->app;
+    w->router = w->inst->router;
+    dev_files_update(w);
 
     if (kh_accept_open(w, w->load_err, sizeof w->load_err) == 0) {
         report_ready(w, 1);
@@ -351,8 +572,12 @@ static void worker_loop(kh_worker *w, int loaded)
     uv_mutex_lock(&w->mu);
     w->app_closing = 1;
     uv_mutex_unlock(&w->mu);
-    if (w->app)
-        w->cfg->app->worker_close(w->app);
+    /* the current instance, then the retired ones still in use (their users are gone with the
+     * connections); the structs stay until kh_worker_join (a late stream release reads them) */
+    if (w->inst)
+        inst_close(w, w->inst);
+    for (kh_app_inst *in = w->retired; in; in = in->next)
+        inst_close(w, in);
     w->app = NULL;
     /* close whatever the app left (its timers) and drain */
     uv_walk(&w->loop, close_walk_cb, w);
@@ -503,8 +728,17 @@ void kh_worker_join(kh_worker *w)
     if (!w->started)
         return;
     kh_worker_join_thread(w);
-    if (w->router)
-        kh_router_free(w->router);
+    if (w->inst)
+        inst_free(w->inst);
+    w->inst = NULL;
+    w->router = NULL;
+    while (w->retired) {
+        kh_app_inst *in = w->retired;
+        w->retired = in->next;
+        inst_free(in);
+    }
+    free(w->dev_files);
+    w->dev_files = NULL;
     int r = uv_loop_close(&w->loop);
     if (r != 0)
         KH_LOG_DEBUG("w%d: loop close: %s", w->id, uv_strerror(r));

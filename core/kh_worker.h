@@ -1,10 +1,12 @@
 /* kh_worker.h: one worker: its uv loop, listeners, connections, timers and app state, on a
  * thread of its own (kh_worker_start) or on the caller's (kh_worker_load_here, then
  * kh_worker_run_here: main runs worker 0 itself, which saves a thread start at start-up).
- * Owns:  everything it touches (style.md §2): loop, router, app state, buffer cache, stream pool,
- *        timeout queues, the flush list, the access-log buffer.
+ * Owns:  everything it touches (style.md §2): loop, its app instances (kh_app.h: the current one,
+ *        and the retired ones still in use after a reload), buffer cache, stream pool, timeout
+ *        queues, the flush list, the access-log buffer.
  * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
- *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt).
+ *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt) and
+ *        reload requests (kh_worker_reload_all: a worker-level mailbox message).
  * Out:   a load result to main (kh_worker_wait_ready); served connections; its watchdog view
  *        (heartbeat stamp, the app slice that runs and its name), atomics the supervisor reads
  *        (kh_worker_watch).
@@ -55,6 +57,9 @@ typedef struct kh_config {
     kh_threadpool *pool;     /* k.blocking */
     kh_shdict_reg *shdicts;  /* k.shared */
     struct kh_tls_ctx *tls; /* certificates and ticket keys for TLS listeners, or NULL */
+    /* bumped (by main) before every reload request: pool threads drop what they loaded from
+     * the app's files (their cached "module.function" lookups) when it moved */
+    _Atomic uint32_t *code_epoch;
 } kh_config;
 
 enum kh_timeout_kind {
@@ -92,8 +97,15 @@ struct kh_worker {
     uv_timer_t grace;
     kh_accept accept;       /* its listeners and the accept path (kh_accept.c) */
 
+    /* The current app instance (kh_app.h), which new requests go to; router and app are its
+     * fields, kept here for code that has no stream (a stream's calls go to s->inst->app). */
+    kh_app_inst *inst;
     kh_router *router;
     void *app;
+    kh_app_inst *retired;   /* instances replaced by a reload, closed after their last user */
+    int retired_idle;       /* some retired instance has no user left: close it (prepare phase) */
+    uint32_t last_gen;      /* generation of the newest instance built */
+    char *dev_files;        /* under mu: the current instance's loaded files (--dev watch) */
 
     kh_timeq timeq[KH_TO__COUNT];
     kh_conn *flush_head;  /* FIFO: the connection that finished first is written first */
@@ -141,6 +153,29 @@ void kh_worker_join_thread(kh_worker *w);
 /* Any thread: posts m to worker `to`'s mailbox (the app's on_message receives it there).
  * Returns 0, or KH_ECLOSED / KH_EINVAL after disposing of m. */
 int kh_worker_post(const kh_config *cfg, int to, kh_chan_msg *m);
+/* App instances (kh_app.h), on the worker's thread. retain/release count users; a retired
+ * instance whose count reaches 0 is closed from the loop's prepare phase (never inside one of
+ * its own callbacks). kh_worker_inst_find: the open instance of that generation (0: the
+ * current one), or NULL when it has been closed. */
+void kh_app_inst_retain(kh_app_inst *in);
+void kh_app_inst_release(kh_app_inst *in);
+kh_app_inst *kh_worker_inst_find(kh_worker *w, uint32_t gen);
+
+/* Hot reload. Any thread (the supervisor): asks every worker to build a new app instance on its
+ * own thread (a worker-level mailbox message). A worker whose load fails keeps its current
+ * instance. When the last worker has tried, done(&result, ud) runs on that worker's thread. */
+typedef struct kh_reload_result {
+    int workers;   /* how many tried */
+    int ok;        /* how many now serve a new instance */
+    uint32_t gen;  /* the newest generation among them */
+    char err[1024]; /* the first failure: "file:line: message" */
+} kh_reload_result;
+int kh_worker_reload_all(const kh_config *cfg, void (*done)(const kh_reload_result *r, void *ud),
+                         void *ud);
+/* Any thread: a copy of the files worker w's current instance loaded ("path\n" each; --dev
+ * only), malloc'd, or NULL. */
+char *kh_worker_loaded_files(kh_worker *w);
+
 /* The watchdog (main.c's supervisor thread) and a stalled worker.
  *
  * A worker stamps alive_ms from a heartbeat timer every heartbeat_ms (at most 100 ms, a quarter

@@ -6,7 +6,9 @@
  *        grace period ends it, 4 (KH_EXIT_STALL) when a worker stalled past stall_exit_ms.
  * Threads: the main thread parses, binds, then runs worker 0 itself (workers 1..N-1 get threads);
  *        signals and the watchdog run on the supervisor thread (created before worker 0 loads);
- *        it also steers new connections away from a stalled worker (reuseport BPF). */
+ *        it also steers new connections away from a stalled worker (reuseport BPF), hears
+ *        SIGHUP, and in --dev watches the app's files (kh_watch.c): both reload every worker
+ *        (kh_worker_reload_all); the outcome is logged by the worker that finishes last. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -26,6 +28,7 @@
 #include "kh_shdict.h"
 #include "kh_threadpool.h"
 #include "kh_tls.h"
+#include "kh_watch.h"
 #include "kh_worker.h"
 
 extern const kh_app_vt kh_lua_app; /* lua/kh_lua.h: the one thing main knows of the binding */
@@ -36,6 +39,7 @@ extern const kh_app_vt kh_lua_app; /* lua/kh_lua.h: the one thing main knows of 
 
 static kh_config cfg;
 static kh_worker *workers;
+static _Atomic uint32_t code_epoch; /* cfg.code_epoch */
 
 /* Exit codes besides 0 (graceful stop), 1 (start-up failed) and 2 (usage): */
 #define KH_EXIT_FORCED 3 /* a second SIGTERM/SIGINT, or a worker still stalled after --grace */
@@ -316,6 +320,73 @@ static void supervisor_quit_cb(uv_async_t *a)
     uv_stop(a->loop);
 }
 
+/* ---- hot reload: SIGHUP, and the --dev file watch ---- */
+
+static kh_watch *dev_watch;
+static uv_async_t dev_refresh; /* a reload ended: the app may load other files now */
+static const char *why_reload;  /* "SIGHUP" | "file change": supervisor thread only */
+
+/* On the worker that finished last. */
+static void reload_done(const kh_reload_result *r, void *ud)
+{
+    (void)ud;
+    if (r->workers == 0)
+        KH_LOG_INFO("reload: no worker is serving");
+    else if (r->ok == r->workers)
+        KH_LOG_INFO("reload: generation %u on %d worker%s", r->gen, r->workers,
+                    r->workers == 1 ? "" : "s");
+    else if (r->ok == 0)
+        KH_LOG_ERROR("reload failed: %s (the running code keeps serving)", r->err);
+    else
+        KH_LOG_ERROR("reload: generation %u on %d of %d workers; reload failed on the others: %s",
+                     r->gen, r->ok, r->workers, r->err);
+    if (cfg.dev)
+        uv_async_send(&dev_refresh);
+}
+
+static void reload_all(void)
+{
+    if (stopping)
+        return;
+    KH_LOG_INFO("reload (%s)", why_reload);
+    kh_worker_reload_all(&cfg, reload_done, NULL);
+}
+
+static void on_sighup(uv_signal_t *sig, int signum)
+{
+    (void)sig, (void)signum;
+    why_reload = "SIGHUP";
+    reload_all();
+}
+
+static void dev_changed(void *ud)
+{
+    (void)ud;
+    why_reload = "file change";
+    reload_all();
+}
+
+/* The directories of the files worker 0's current instance loaded, and the app's own. */
+static void dev_watch_update(void)
+{
+    char *files = kh_worker_loaded_files(&workers[0]);
+    char dir[1024];
+    const char *slash = strrchr(cfg.script, '/');
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - cfg.script), cfg.script);
+    else
+        snprintf(dir, sizeof dir, ".");
+    int n = kh_watch_set(dev_watch, files, dir[0] ? dir : "/");
+    KH_LOG_DEBUG("dev: watching %d director%s", n, n == 1 ? "y" : "ies");
+    free(files);
+}
+
+static void dev_refresh_cb(uv_async_t *a)
+{
+    (void)a;
+    dev_watch_update();
+}
+
 /* The supervisor: main's own loop (signals, the watchdog) on a thread of its own, since the
  * main thread runs worker 0. No worker's stall may keep it from starting, so main creates it
  * before worker 0 loads the app (in parallel with that load where there are cores to spare),
@@ -332,7 +403,7 @@ static uv_thread_t supervisor;
 static int supervisor_started;
 static uv_sem_t supervisor_go;
 static int supervisor_abort; /* set before the go: start-up failed, return at once */
-static uv_signal_t sigterm, sigint;
+static uv_signal_t sigterm, sigint, sighup;
 
 static void supervisor_main(void *arg)
 {
@@ -343,7 +414,15 @@ static void supervisor_main(void *arg)
         return;
     uv_signal_start(&sigterm, on_signal, SIGTERM);
     uv_signal_start(&sigint, on_signal, SIGINT);
+    uv_signal_start(&sighup, on_sighup, SIGHUP);
+    uv_unref((uv_handle_t *)&sighup);
+    if (cfg.dev) {
+        dev_watch = kh_watch_new(uv_default_loop(), 50, dev_changed, NULL);
+        dev_watch_update();
+    }
     uv_run(uv_default_loop(), UV_RUN_DEFAULT);
+    kh_watch_free(dev_watch); /* main's loop runs once more after the join: frees the handles */
+    dev_watch = NULL;
 }
 
 static void start_supervisor(void)
@@ -392,7 +471,8 @@ static void usage(FILE *out)
             "  --tls12                also accept TLS 1.2 (default: TLS 1.3 only)\n"
             "  --workers N            worker threads, each with its own loop and Lua state\n"
             "                         (default: number of cores; --dev: 1)\n"
-            "  --dev                  development mode: Lua tracebacks in 500 pages, one worker\n"
+            "  --dev                  development mode: error pages with the traceback and source,\n"
+            "                         one worker, and a reload when a Lua file of the app changes\n"
             "  --grace SECONDS        graceful-stop period for in-flight requests (default 5)\n"
             "  --access-log PATH|-    access log in combined format ('-' = stdout)\n"
             "  --access-log-format combined|extended\n"
@@ -406,7 +486,8 @@ static void usage(FILE *out)
             "\n"
             "SIGTERM or SIGINT stops gracefully (exit 0); a second one exits at once (exit 3), as\n"
             "does a worker still stalled after --grace. Exit 4: a worker stalled past\n"
-            "stall_exit_ms. Exit 1: start-up failed; 2: usage.\n");
+            "stall_exit_ms. Exit 1: start-up failed; 2: usage. SIGHUP reloads the app in every\n"
+            "worker (connections stay; a failed load leaves the running code serving).\n");
 }
 
 /* "127.0.0.1:8080", "[::1]:0", ":8080" (all IPv4 addresses), "8080", each optionally after
@@ -517,6 +598,7 @@ static int bind_listen(kh_listen_addr *la, int n)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN); /* a reload asked before the supervisor listens does nothing */
     kh_limits_init(&cfg.limits);
     cfg.workers = 0;
     cfg.grace_ms = 5000;
@@ -720,6 +802,7 @@ int main(int argc, char **argv)
     workers = calloc((size_t)cfg.workers, sizeof *workers);
     watches = calloc((size_t)cfg.workers, sizeof *watches);
     cfg.all = workers;
+    cfg.code_epoch = &code_epoch;
     cfg.shdicts = kh_shdict_reg_new();
     int nthreads = cfg.limits.pool_threads ? (int)cfg.limits.pool_threads
                                            : (int)uv_available_parallelism();
@@ -799,7 +882,10 @@ int main(int argc, char **argv)
     uv_loop_t *loop = uv_default_loop();
     uv_signal_init(loop, &sigterm); /* started by the supervisor thread */
     uv_signal_init(loop, &sigint);
+    uv_signal_init(loop, &sighup);
     uv_async_init(loop, &supervisor_quit, supervisor_quit_cb);
+    uv_async_init(loop, &dev_refresh, dev_refresh_cb);
+    uv_unref((uv_handle_t *)&dev_refresh);
     uv_timer_t watchdog;
     uv_timer_init(loop, &watchdog);
     const kh_limits *lim = &cfg.limits;
@@ -839,6 +925,8 @@ int main(int argc, char **argv)
     uv_close((uv_handle_t *)&supervisor_quit, NULL);
     uv_close((uv_handle_t *)&sigterm, NULL);
     uv_close((uv_handle_t *)&sigint, NULL);
+    uv_close((uv_handle_t *)&sighup, NULL);
+    uv_close((uv_handle_t *)&dev_refresh, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     for (int i = 0; i < nlisten; i++)

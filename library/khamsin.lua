@@ -56,6 +56,13 @@ function k.any(path, handler) end
 ---@param handler khamsin.Handler
 function k.route(method, path, handler) end
 
+--- Serves the files under `dir` at `prefix` (GET and HEAD): types, ETag/304, ranges, index,
+--- precompressed siblings; a path never leaves `dir`. Declared while the script loads.
+---@param prefix string
+---@param dir string
+---@param opts? {index: string|false|nil, follow_symlinks: boolean?, dotfiles: boolean?, precompressed: boolean?, max_bytes: integer?, cache_control: string?}
+function k.static(prefix, dir, opts) end
+
 --- Raises an error that answers `status` with `message` (a table is sent as JSON); not logged.
 ---@param status khamsin.Status
 ---@param message? string|table
@@ -163,6 +170,22 @@ function k.sign(key, value) end
 ---@return string?
 function k.unsign(key, signed) end
 
+--- Middleware for every request (under `prefix`), matched or not, in declaration order, before
+--- the handler. `fn` answers (returns as a handler does), changes `res`, or `return next()`.
+---@param prefix string|fun(req: khamsin.Request, res: khamsin.Response, next: fun(): any, ...): any
+---@param fn? fun(req: khamsin.Request, res: khamsin.Response, next: fun(): any, ...): any
+function k.use(prefix, fn) end
+
+--- Replaces the engine's page for `status` (400-599, or "*"): `fn` returns as a handler does.
+---@param status integer|"*"
+---@param fn fun(req: khamsin.Request, res: khamsin.Response, err: {status: integer, message: any, traceback: string?}): any, any?, any?
+function k.on_error(status, fn) end
+
+--- A CORS middleware for `k.use`; preflights are answered 204 and never reach a handler.
+---@param opts {origins: "*"|string[]|fun(origin: string, req: khamsin.Request): boolean, methods: string|string[]|nil, headers: string|string[]|nil, expose: string|string[]|nil, credentials: boolean?, max_age: integer?}
+---@return fun(req: khamsin.Request, res: khamsin.Response, next: fun(): any): any
+function k.cors(opts) end
+
 ---@class khamsin.log
 local log = {}
 
@@ -219,6 +242,7 @@ function json.is_array(t) end
 ---@field scheme string "https" on a TLS connection, else "http"
 ---@field id string the request id (X-Request-Id)
 ---@field cookies table<string, string> the Cookie header, parsed
+---@field route string? the matched route's pattern ("/users/:id"); nil when no route matched
 local Request = {}
 
 --- The whole body (waits for it).
@@ -234,6 +258,47 @@ function Request:body_reader() end
 ---@param max_depth? integer
 ---@return any
 function Request:json(max_depth) end
+
+--- An application/x-www-form-urlencoded body as a table (a repeated name gives a list); 400
+--- for a malformed body or more than `max_fields` fields, 415 for another Content-Type.
+---@param opts? {max_fields: integer?}
+---@return table<string, string|string[]>
+function Request:form(opts) end
+
+--- A multipart/form-data body, read part by part (400 for a malformed body or past a limit).
+---@param opts? {max_parts: integer?, max_header_bytes: integer?, max_part_bytes: integer?, max_total_bytes: integer?, files: "memory"|"disk"|nil, tmp_dir: string?}
+---@return khamsin.Multipart
+function Request:multipart(opts) end
+
+---@class khamsin.Multipart
+local Multipart = {}
+
+--- The next part (after its headers; the rest of the current one is skipped), or nil.
+---@return khamsin.Part?
+function Multipart:part() end
+
+--- `for part in reader:parts() do ... end`
+---@return fun(): khamsin.Part?
+function Multipart:parts() end
+
+--- Every part: `{fields = {name = value}, files = {name = {filename, content_type, headers, size, data|path}}}`.
+---@return {fields: table<string, string|string[]>, files: table<string, table>}
+function Multipart:all() end
+
+---@class khamsin.Part
+---@field name string
+---@field filename string?
+---@field content_type string?
+---@field headers table<string, string> lower-case names
+local Part = {}
+
+--- The part's next chunk of data, or nil at its end.
+---@return string?
+function Part:read() end
+
+--- The part's remaining data as one string.
+---@return string
+function Part:data() end
 
 ---@class khamsin.Response
 ---@field status khamsin.Status default 200
@@ -269,8 +334,27 @@ function Response:sse() end
 ---@param opts? {path: string?, domain: string?, max_age: integer?, expires: integer?, secure: boolean?, http_only: boolean?, same_site: "Strict"|"Lax"|"None"|nil}
 function Response:set_cookie(name, value, opts) end
 
+--- Sets Location and the status (302 by default); `return res:redirect(url)`.
+---@param url string
+---@param status? 300|301|302|303|307|308
+---@return integer status
+---@return nil
+function Response:redirect(url, status) end
+
+--- Sets ETag (`"value"`, or `W/"value"` when weak); 304 for a matching conditional GET/HEAD,
+--- 412 at once for another method whose If-Match / If-None-Match fails.
+---@param value string
+---@param weak? boolean
+---@return string etag
+function Response:etag(value, weak) end
+
+--- Sets Last-Modified from seconds since the epoch; 304 / 412 as for `res:etag`.
+---@param time number
+---@return integer
+function Response:last_modified(time) end
+
 ---@class khamsin.Deferred
----@field id string "<worker>:<n>", for `k.resolve`
+---@field id string "<worker>:<generation>:<n>", for `k.resolve`
 local Deferred = {}
 
 --- Answers the request (same forms as a handler's return values).

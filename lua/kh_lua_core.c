@@ -62,7 +62,42 @@ static int l_route(lua_State *L)
     lua_rawseti(L, -2, ref);
     lua_pop(L, 1);
     lua_pushboolean(L, 1);
-    return 1;
+    lua_pushinteger(L, ref); /* khamsin.lua keeps ref -> pattern for req.route */
+    return 2;
+}
+
+/* fallback(fn): requests no route answers (404, 405) go to fn through the app (middleware,
+ * error handlers) instead of the engine's own reply. Set once, while the script loads. */
+static int l_fallback(lua_State *L)
+{
+    kh_lua *K = K_UPVALUE(L);
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lua_pushvalue(L, 1);
+    int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    kh_router_set_fallback(K->router, ref);
+    return 0;
+}
+
+/* route_of(s, gen) -> route ref | nil, route status (0 | 404 | 405), Allow (405 only) */
+static int l_route_of(lua_State *L)
+{
+    kh_lua *K = K_UPVALUE(L);
+    kh_stream *s = stream_at(L, 1);
+    if (s == NULL || !(s->flags & KH_STREAM_F_APP))
+        return 0;
+    if (s->route_status == 0) {
+        lua_pushinteger(L, (lua_Integer)s->route_value);
+        lua_pushinteger(L, 0);
+        return 2;
+    }
+    lua_pushnil(L);
+    lua_pushinteger(L, s->route_status);
+    if (s->route_status != 405)
+        return 2;
+    kh_route_match m; /* matched again: the Allow list is only kept on the stack at dispatch */
+    kh_router_match(K->router, s->method, s->path, &m);
+    lua_pushstring(L, m.status == 405 && m.allow ? m.allow : "");
+    return 3;
 }
 
 /* false, message: a misuse the Lua side raises at the app's line (errors.raise), never a
@@ -417,6 +452,7 @@ static int open_core(lua_State *L)
         {"log", l_log},         {"worker_id", l_worker_id}, {"workers", l_workers},
         {"now", l_now},         {"reason", l_reason},       {"loading", l_loading},
         {"request_id", l_request_id}, {"app_dir", l_app_dir},
+        {"fallback", l_fallback}, {"route_of", l_route_of},
         {NULL, NULL},
     };
     lua_newtable(L);
@@ -431,6 +467,8 @@ static int open_core(lua_State *L)
     kh__lua_open_stream(L, K);
     kh__lua_open_json(L);
     kh__lua_open_sign(L);
+    kh__lua_open_multipart(L, K);
+    kh__lua_open_fs(L, K);
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);

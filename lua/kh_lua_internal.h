@@ -1,6 +1,10 @@
 /* kh_lua_internal.h: shared between the binding's files (state, scheduler, waits, pool, copy).
- * Owns:  struct kh_lua, one per worker, and struct kh_lua_co, one per running coroutine (a
- *        request's handler, or a timer / message callback with no stream). */
+ * Owns:  struct kh_lua, one per app instance (kh_app.h: a worker has one, plus the retired ones
+ *        a reload left in use), and struct kh_lua_co, one per running coroutine (a request's
+ *        handler, or a timer / message callback with no stream), which names its kh_lua. A live
+ *        coroutine is a user of its instance (kh_app_inst_retain), so a retired state is never
+ *        closed under it; the ready list and "inside a slice" are per thread (one worker may
+ *        run slices of two instances, never nested). */
 #ifndef KH_LUA_INTERNAL_H
 #define KH_LUA_INTERNAL_H
 
@@ -18,13 +22,21 @@
 #include "kh_worker.h"
 
 /* What a yielded coroutine waits for: its single wait slot (style.md §4). */
-enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3, KH_WAIT_DRAIN = 4 };
+enum {
+    KH_WAIT_NONE = 0,
+    KH_WAIT_BODY = 1,
+    KH_WAIT_SLEEP = 2,
+    KH_WAIT_POOL = 3,
+    KH_WAIT_FS = 4,
+    KH_WAIT_DRAIN = 5,
+};
 
 /* Mailbox message types (kh_chan_msg.type). */
 enum { KH_MSG_JOB = 1, KH_MSG_PUBLISH = 2, KH_MSG_RESOLVE = 3, KH_MSG_SENDTO = 4 };
 
 typedef struct kh_lua_timer kh_lua_timer;
 typedef struct kh_lua_job kh_lua_job;
+typedef struct kh_lua_fsreq kh_lua_fsreq;
 
 struct kh_lua_job {
     kh_job base;          /* first: travels as a mailbox message */
@@ -37,7 +49,10 @@ struct kh_lua_job {
     size_t max;           /* pool_msg_bytes */
 };
 
+typedef struct kh_lua kh_lua;
+
 typedef struct kh_lua_co {
+    kh_lua *K;           /* the instance whose state the coroutine lives in */
     lua_State *co;
     int ref;             /* registry ref anchoring co */
     kh_stream *s;        /* NULL for a timer / message callback */
@@ -49,20 +64,35 @@ typedef struct kh_lua_co {
     int aborted;         /* the request is over: every later wait fails at once */
     kh_lua_timer *timer; /* KH_WAIT_SLEEP */
     kh_lua_job *job;     /* KH_WAIT_POOL */
+    kh_lua_fsreq *fs;    /* KH_WAIT_FS (kh_lua_fs.c) */
     const char *what;    /* for the slow-slice log when there is no stream: "timer", ... */
 } kh_lua_co;
 
-typedef struct kh_lua {
+/* The interrupt's state, one per worker thread, shared by that worker's instances (the
+ * supervisor reaches it through the current one, under the worker's mutex). */
+typedef struct kh_lua_irq {
+    int refs;                 /* instances pointing at it (worker thread only) */
+    pthread_t tid;            /* the worker's thread, where the interrupt signal goes */
+    _Atomic int tid_set;
+    _Atomic int want;         /* an interrupt was asked (the supervisor sets, the worker clears) */
+    _Atomic uint64_t seq;     /* for that slice (kh_worker_slice_seq) */
+    _Atomic uint64_t ms;      /* which had run that long */
+    _Atomic int persist;      /* the second interrupt of one slice: raise until it ends */
+} kh_lua_irq;
+
+struct kh_lua {
     lua_State *L;
     kh_worker *w;
+    kh_app_inst *inst;   /* core's record of this instance: generation, users */
     kh_router *router;
+    int retired;         /* a reload replaced it: no new timers fire, no publish reaches it */
+    char *files;         /* --dev: the files it loaded ("path\n" each) */
     int run_ref;         /* khamsin's request runner: run(handler, stream, gen) */
     int event_ref;       /* khamsin's event runner: _event(kind, ...) in a coroutine of its own */
     kh_lua_co *free_cos;
     size_t num_free;
     kh_lua_co live;      /* sentinel of the in-use list */
     kh_lua_co *current;  /* the coroutine whose slice runs now, or NULL */
-    kh_lua_co *ready_head, *ready_tail;
     kh_lua_timer *timers; /* every open timer, closed with the state */
     char *sh_buf;         /* k.shared get: a value is copied here, then pushed */
     size_t sh_cap;
@@ -70,13 +100,8 @@ typedef struct kh_lua {
     /* kh_lua_sched.c: slice names for the watchdog, the handler_interrupt_ms hook */
     const char **route_names; /* route ref -> "GET /users/:id" (Lua strings of the routes table) */
     size_t route_names_len;
-    pthread_t tid;            /* the worker's thread, where the interrupt signal goes */
-    _Atomic int tid_set;
-    _Atomic int irq_want;     /* an interrupt was asked (the supervisor sets, the worker clears) */
-    _Atomic uint64_t irq_seq; /* for that slice (kh_worker_slice_seq) */
-    _Atomic uint64_t irq_ms;  /* which had run that long */
-    _Atomic int irq_persist;  /* the second interrupt of one slice: raise until it ends */
-} kh_lua;
+    kh_lua_irq *irq;          /* the worker thread's */
+};
 
 /* The sentinel every engine wait yields, so a user coroutine wrapper can pass it upward. */
 extern char kh__lua_yield_sentinel;
@@ -93,6 +118,11 @@ void kh__lua_open_wait(lua_State *L, kh_lua *K);
 void kh__lua_open_shared(lua_State *L, kh_lua *K);
 /* kh_lua_sign.c: core.sign, core.unsign (k.sign, k.unsign) */
 void kh__lua_open_sign(lua_State *L);
+/* kh_lua_multipart.c: core.mp_new (req:multipart's parser), core.limit */
+void kh__lua_open_multipart(lua_State *L, kh_lua *K);
+/* kh_lua_fs.c: core.fs_stat, fs_realpath, fs_read (libuv fs, yielding); abandon on abort */
+void kh__lua_open_fs(lua_State *L, kh_lua *K);
+void kh__lua_fs_abandon(kh_lua_co *c);
 
 /* A coroutine for a stream (NULL: a callback of its own), in the live list. */
 kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s);
@@ -109,6 +139,13 @@ void kh__lua_spawn_event(kh_lua *K, const char *what, int nargs);
 void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c);
 /* Closes every open timer (worker close). */
 void kh__lua_close_timers(kh_lua *K);
+/* A reload retired K: closes the app's own timers (k.timer, k.every), not the engine's (a
+ * sleeping coroutine's, a deferred reply's timeout). */
+void kh__lua_retire_timers(kh_lua *K);
+/* kh_lua_sched.c: the worker thread's interrupt state (made by its first instance), and its
+ * release when an instance closes (which also forgets K as the signal handler's target). */
+kh_lua_irq *kh__lua_irq_get(void);
+void kh__lua_irq_put(kh_lua *K);
 void kh__lua_timer_fire_sleep(kh_lua *K, kh_lua_co *c);
 /* A pool job came back (mailbox). */
 void kh__lua_job_done(kh_lua *K, kh_lua_job *j);

@@ -1,6 +1,8 @@
 /* kh_lua_pool.c: a pool thread's own lua_State and the running of one k.blocking job in it.
  * Owns:  one lua_State per pool thread (made and closed on that thread) and its cache of
- *        loaded functions (bytecode or "module.function" -> function).
+ *        loaded functions (bytecode or "module.function" -> function). A reload (cfg->code_epoch
+ *        moved) makes the state anew before the next job: the app's modules are required again
+ *        from their files and no cached "module.function" outlives the code it came from.
  * In:    jobs from kh_threadpool (encoded by kh_lua_copy: kind, code, arguments).
  * Out:   the job's results (encoded) or its error with the pool's traceback.
  * Never: sees a worker's state or a stream; a job's error never escapes the pcall. */
@@ -12,6 +14,8 @@
 #include "kh_lua_internal.h"
 
 typedef struct pool_state {
+    const kh_config *cfg;
+    uint32_t epoch;    /* cfg->code_epoch when L was made */
     lua_State *L;
     int cache_ref; /* table: code string -> function */
     int cache_size;
@@ -26,19 +30,29 @@ static int traceback(lua_State *L)
     return 1;
 }
 
+static int state_open(pool_state *ps)
+{
+    ps->epoch = ps->cfg->code_epoch ? atomic_load(ps->cfg->code_epoch) : 0;
+    ps->L = luaL_newstate();
+    if (ps->L == NULL)
+        return -1;
+    luaL_openlibs(ps->L);
+    kh__lua_set_path(ps->L, ps->cfg->script);
+    lua_newtable(ps->L);
+    ps->cache_ref = luaL_ref(ps->L, LUA_REGISTRYINDEX);
+    ps->cache_size = 0;
+    return 0;
+}
+
 void *kh__lua_pool_init(const kh_config *cfg, int index)
 {
     (void)index;
     pool_state *ps = kh_xcalloc(1, sizeof *ps);
-    ps->L = luaL_newstate();
-    if (ps->L == NULL) {
+    ps->cfg = cfg;
+    if (state_open(ps) != 0) {
         free(ps);
         return NULL;
     }
-    luaL_openlibs(ps->L);
-    kh__lua_set_path(ps->L, cfg->script);
-    lua_newtable(ps->L);
-    ps->cache_ref = luaL_ref(ps->L, LUA_REGISTRYINDEX);
     return ps;
 }
 
@@ -47,7 +61,8 @@ void kh__lua_pool_close(void *state)
     pool_state *ps = state;
     if (ps == NULL)
         return;
-    lua_close(ps->L);
+    if (ps->L)
+        lua_close(ps->L);
     free(ps);
 }
 
@@ -120,6 +135,19 @@ void kh__lua_pool_run(kh_job *job, void *state)
     struct kh_lua_job *j = (struct kh_lua_job *)job;
     pool_state *ps = state;
     if (ps == NULL) {
+        const char *m = "k.blocking: the pool thread has no Lua state";
+        set_error(j, m, strlen(m));
+        return;
+    }
+    if (ps->cfg->code_epoch && atomic_load(ps->cfg->code_epoch) != ps->epoch) {
+        /* a reload: what this state required may be stale */
+        if (ps->L)
+            lua_close(ps->L);
+        ps->L = NULL;
+        if (state_open(ps) != 0)
+            ps->L = NULL;
+    }
+    if (ps->L == NULL) {
         const char *m = "k.blocking: the pool thread has no Lua state";
         set_error(j, m, strlen(m));
         return;

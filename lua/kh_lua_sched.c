@@ -5,7 +5,11 @@
  * Out:   lua_resume (only kh__lua_resume calls it); stream refs released when a coroutine ends;
  *        500 replies for errors that escape the Lua runner.
  * Never: nests lua_resume calls: a wake that happens inside a slice (a request that answers or
- *        aborts another one) goes on the ready list, drained once the slice is over.
+ *        aborts another one) goes on the ready list, drained once the slice is over. The ready
+ *        list and the in-slice flag are per worker thread, not per state: after a reload two
+ *        instances (kh_lua) share the thread, and an h2 connection may carry streams of both.
+ *        A coroutine retains its instance (kh_app_inst_retain) from kh__lua_co_new to put_co,
+ *        so a retired state is never closed while one of its coroutines lives.
  *
  * Watchdog and interrupt (handler_interrupt_ms). Each slice is bracketed with
  * kh_worker_slice_begin/end, named by its route ("GET /spin", a Lua string of the routes table,
@@ -100,11 +104,14 @@ kh_lua_co *kh__lua_co_new(kh_lua *K, kh_stream *s)
         c->co = lua_newthread(K->L);
         c->ref = luaL_ref(K->L, LUA_REGISTRYINDEX);
     }
+    c->K = K;
+    kh_app_inst_retain(K->inst); /* the state stays open while the coroutine lives */
     c->s = s;
     c->wait = KH_WAIT_NONE;
     c->aborted = 0;
     c->timer = NULL;
     c->job = NULL;
+    c->fs = NULL;
     c->what = NULL;
     c->ready_next = NULL;
     live_link(K, c);
@@ -120,6 +127,7 @@ static void drop_co(kh_lua *K, kh_lua_co *c)
 static void put_co(kh_lua *K, kh_lua_co *c, int clean)
 {
     live_unlink(c);
+    kh_app_inst_release(K->inst); /* closes a retired state only later, in the prepare phase */
     if (!clean) {
         /* luajit2's lua_resetthread makes an errored thread reusable; dropping it is simpler
          * and errors are rare */
@@ -156,6 +164,7 @@ void kh__lua_close_cos(kh_lua *K)
             c->s->app_wait = KH_WAIT_NONE;
         }
         live_unlink(c);
+        kh_app_inst_release(K->inst);
         free(c);
     }
 }
@@ -258,8 +267,15 @@ static const char *slice_name(kh_lua *K, kh_lua_co *c)
     return "a Lua callback";
 }
 
-/* The worker's own kh_lua, for the hook and the signal handler (on the worker's thread). */
+/* The instance whose slice runs (or ran last) on this worker thread, for the hook and the
+ * signal handler; cleared when that instance closes (kh__lua_irq_put). */
 static _Thread_local kh_lua *hook_K;
+static _Thread_local kh_lua_irq *thread_irq;
+
+/* Slices never nest, across instances too: a wake inside any slice of this thread waits on the
+ * thread's ready list until that slice is over. */
+static _Thread_local int in_slice;
+static _Thread_local kh_lua_co *ready_head, *ready_tail;
 
 /* The signal that carries an interrupt to the worker's thread: ignored by default, so one that
  * comes before the handler is installed does nothing (Go's runtime preempts with it too). */
@@ -274,7 +290,7 @@ static void irq_handler(int sig)
     (void)sig;
     int saved = errno;
     kh_lua *K = hook_K;
-    if (K && atomic_load_explicit(&K->irq_want, memory_order_acquire))
+    if (K && atomic_load_explicit(&K->irq->want, memory_order_acquire))
         lua_sethook(K->L, interrupt_hook, LUA_MASKCOUNT, 1);
     errno = saved;
 }
@@ -288,7 +304,7 @@ static void irq_clear(kh_lua *K, lua_State *L)
     sigaddset(&set, KH_IRQ_SIGNAL);
     pthread_sigmask(SIG_BLOCK, &set, &old);
     if (K)
-        atomic_store_explicit(&K->irq_want, 0, memory_order_relaxed);
+        atomic_store_explicit(&K->irq->want, 0, memory_order_relaxed);
     lua_sethook(L, NULL, 0, 0);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
@@ -298,10 +314,10 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     kh_lua *K = hook_K;
-    int fire = K && K->current && atomic_load_explicit(&K->irq_want, memory_order_acquire) &&
-               atomic_load_explicit(&K->irq_seq, memory_order_relaxed) ==
+    int fire = K && K->current && atomic_load_explicit(&K->irq->want, memory_order_acquire) &&
+               atomic_load_explicit(&K->irq->seq, memory_order_relaxed) ==
                    kh_worker_slice_seq(K->w);
-    if (!fire || !atomic_load_explicit(&K->irq_persist, memory_order_relaxed))
+    if (!fire || !atomic_load_explicit(&K->irq->persist, memory_order_relaxed))
         irq_clear(K, L);
     if (!fire)
         return;
@@ -313,7 +329,7 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
     __asan_handle_no_return();
 #endif
     luaL_error(L, "%s interrupted after %d ms (handler_interrupt_ms=%d)", who,
-               (int)atomic_load_explicit(&K->irq_ms, memory_order_relaxed),
+               (int)atomic_load_explicit(&K->irq->ms, memory_order_relaxed),
                (int)K->w->limits->handler_interrupt_ms);
 }
 
@@ -322,7 +338,8 @@ void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms)
 {
     static int installed; /* only the supervisor thread gets here */
     kh_lua *K = app;
-    if (!atomic_load_explicit(&K->tid_set, memory_order_acquire) ||
+    kh_lua_irq *q = K->irq; /* the worker thread's: a slice of a retired instance too */
+    if (!atomic_load_explicit(&q->tid_set, memory_order_acquire) ||
         kh_worker_slice_seq(K->w) != seq)
         return;
     if (!installed) {
@@ -336,12 +353,42 @@ void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms)
         installed = 1;
     }
     /* the second time for one slice: it caught the first error and ran on */
-    int persist = atomic_load_explicit(&K->irq_seq, memory_order_relaxed) == seq;
-    atomic_store_explicit(&K->irq_persist, persist, memory_order_relaxed);
-    atomic_store_explicit(&K->irq_ms, ms, memory_order_relaxed);
-    atomic_store_explicit(&K->irq_seq, seq, memory_order_relaxed);
-    atomic_store_explicit(&K->irq_want, 1, memory_order_release);
-    pthread_kill(K->tid, KH_IRQ_SIGNAL);
+    int persist = atomic_load_explicit(&q->seq, memory_order_relaxed) == seq;
+    atomic_store_explicit(&q->persist, persist, memory_order_relaxed);
+    atomic_store_explicit(&q->ms, ms, memory_order_relaxed);
+    atomic_store_explicit(&q->seq, seq, memory_order_relaxed);
+    atomic_store_explicit(&q->want, 1, memory_order_release);
+    pthread_kill(q->tid, KH_IRQ_SIGNAL);
+}
+
+kh_lua_irq *kh__lua_irq_get(void)
+{
+    if (thread_irq == NULL)
+        thread_irq = kh_xcalloc(1, sizeof *thread_irq);
+    thread_irq->refs++;
+    return thread_irq;
+}
+
+/* On the worker's thread, as K closes (the supervisor no longer reaches it: it is not the
+ * current instance, or app_closing is raised). */
+void kh__lua_irq_put(kh_lua *K)
+{
+    kh_lua_irq *q = K->irq;
+    if (q == NULL)
+        return;
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, KH_IRQ_SIGNAL);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    if (hook_K == K)
+        hook_K = NULL;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    K->irq = NULL;
+    if (--q->refs == 0) {
+        if (thread_irq == q)
+            thread_irq = NULL;
+        free(q);
+    }
 }
 
 /* One slice: resumes c with nargs values on its stack. The only caller of lua_resume; only
@@ -350,17 +397,20 @@ void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs)
 {
     lua_State *co = c->co;
     K->current = c;
-    if (!hook_K) { /* the first slice: the interrupt's signal comes to this thread */
-        hook_K = K;
-        K->tid = pthread_self();
-        atomic_store_explicit(&K->tid_set, 1, memory_order_release);
+    in_slice = 1;
+    hook_K = K; /* a plain store the signal handler reads on this same thread */
+    if (!atomic_load_explicit(&K->irq->tid_set, memory_order_relaxed)) {
+        /* the first slice: the interrupt's signal comes to this thread */
+        K->irq->tid = pthread_self();
+        atomic_store_explicit(&K->irq->tid_set, 1, memory_order_release);
     }
     uint64_t t0 = uv_hrtime();
     kh_worker_slice_begin(K->w, slice_name(K, c), t0);
     int st = lua_resume(co, nargs);
     kh_worker_slice_end(K->w);
     K->current = NULL;
-    if (atomic_load_explicit(&K->irq_want, memory_order_relaxed))
+    in_slice = 0;
+    if (atomic_load_explicit(&K->irq->want, memory_order_relaxed))
         irq_clear(K, K->L);
     slice_warn(K, c, uv_hrtime() - t0);
     if (st == LUA_YIELD) {
@@ -391,25 +441,27 @@ void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs)
 
 void kh__lua_wake(kh_lua *K, kh_lua_co *c, int nargs)
 {
-    if (K->current) {
-        /* inside a slice: after it (lua-nginx-module's posted requests) */
+    (void)K; /* c->K: the coroutine's own instance */
+    if (in_slice) {
+        /* inside a slice (of any instance of this worker): after it (lua-nginx-module's posted
+         * requests) */
         c->ready_nargs = nargs;
         c->ready_next = NULL;
-        if (K->ready_tail)
-            K->ready_tail->ready_next = c;
+        if (ready_tail)
+            ready_tail->ready_next = c;
         else
-            K->ready_head = c;
-        K->ready_tail = c;
+            ready_head = c;
+        ready_tail = c;
         return;
     }
-    kh__lua_resume(K, c, nargs);
-    while (K->ready_head) {
-        kh_lua_co *r = K->ready_head;
-        K->ready_head = r->ready_next;
-        if (K->ready_head == NULL)
-            K->ready_tail = NULL;
+    kh__lua_resume(c->K, c, nargs);
+    while (ready_head) {
+        kh_lua_co *r = ready_head;
+        ready_head = r->ready_next;
+        if (ready_head == NULL)
+            ready_tail = NULL;
         r->ready_next = NULL;
-        kh__lua_resume(K, r, r->ready_nargs);
+        kh__lua_resume(r->K, r, r->ready_nargs);
     }
 }
 
@@ -452,10 +504,11 @@ void kh__lua_on_drain(void *app, kh_stream *s)
 
 void kh__lua_on_body(void *app, kh_stream *s)
 {
-    kh_lua *K = app;
     kh_lua_co *c = s->app_data;
     if (c == NULL || s->app_wait != KH_WAIT_BODY || c->wait != KH_WAIT_BODY)
         return;
+    kh_lua *K = c->K; /* app is s->inst's: the same */
+    (void)app;
     s->app_wait = KH_WAIT_NONE;
     c->wait = KH_WAIT_NONE;
     lua_State *co = c->co;
@@ -491,8 +544,9 @@ void kh__lua_on_body(void *app, kh_stream *s)
  * coroutine (its on_abort functions). */
 void kh__lua_on_abort(void *app, kh_stream *s)
 {
-    kh_lua *K = app;
     kh_lua_co *c = s->app_data;
+    /* the stream's own instance (s->inst's app): its deferred reply and coroutine live there */
+    kh_lua *K = s->app_defer ? s->app_defer : c ? c->K : app;
     if (s->app_defer) {
         lua_pushlightuserdata(K->L, s);
         kh__lua_spawn_event(K, "abort", 1);
@@ -522,7 +576,7 @@ typedef struct kh_lua_msg {
 
 void kh__lua_on_message(void *app, kh_chan_msg *m)
 {
-    kh_lua *K = app;
+    kh_lua *K = app; /* the instance of m->gen (kh_worker routes by generation) */
     if (m->type == KH_MSG_JOB) {
         kh__lua_job_done(K, (kh_lua_job *)m);
         return;
@@ -534,6 +588,10 @@ void kh__lua_on_message(void *app, kh_chan_msg *m)
     free(lm);
     if (n < 0) {
         KH_LOG_ERROR("a mailbox message could not be decoded");
+        lua_settop(K->L, base);
+        return;
+    }
+    if (type == KH_MSG_PUBLISH && K->retired) { /* subscriptions stop at the swap */
         lua_settop(K->L, base);
         return;
     }

@@ -1,7 +1,8 @@
 /* kh_lua_state.c: a worker's lua_State: libraries, module path (khamsin's own modules come from
  * the bytecode built in, kh_lua_modules.c, when there is some), the app script.
- * Owns:  the lua_State (created and closed on the worker's thread).
- * In:    worker_init / worker_close from core (kh_app_vt).
+ * Owns:  the lua_State of one app instance (created and closed on the worker's thread; a reload
+ *        makes another one beside it, kh_app.h), and in --dev the list of files it loaded.
+ * In:    worker_init / retire / worker_close from core (kh_app_vt).
  * Out:   routes in the worker's router (through khamsin.core.route); load errors as file:line.
  * Path:  app dir, then $KHAMSIN_LUA_PATH, or the source tree's lua/ (a dev build, while it
  *        exists), or the installed Lua dir (relative to the binary in a KH_RELOCATABLE build:
@@ -76,16 +77,56 @@ static int traceback(lua_State *L)
     return 1;
 }
 
-static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, size_t errlen)
+/* --dev: the files the app loaded, for the file watch: the script, then every module of
+ * package.loaded found on package.path (khamsin's built-in modules are not files). */
+static char *loaded_files_list(lua_State *L, const char *script)
+{
+    static const char code[] =
+        "local script = ...\n"
+        "local out, seen = { script }, { [script] = true }\n"
+        "local search = package.searchpath\n"
+        "if search then\n"
+        "  for name in pairs(package.loaded) do\n"
+        "    if type(name) == 'string' then\n"
+        "      local f = search(name, package.path)\n"
+        "      if f and not seen[f] then seen[f] = true; out[#out + 1] = f end\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "return table.concat(out, '\\n') .. '\\n'\n";
+    int base = lua_gettop(L);
+    char *r = NULL;
+    if (luaL_loadbuffer(L, code, sizeof code - 1, "=khamsin.dev_files") == 0) {
+        lua_pushstring(L, script);
+        if (lua_pcall(L, 1, 1, 0) == 0 && lua_isstring(L, -1))
+            r = strdup(lua_tostring(L, -1));
+    }
+    lua_settop(L, base);
+    return r;
+}
+
+static void state_free(kh_lua *K)
+{
+    kh__lua_close_timers(K);
+    kh__lua_irq_put(K); /* first: the interrupt's signal handler forgets this state */
+    lua_close(K->L);
+    free(K->sh_buf);
+    free(K);
+}
+
+static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, size_t errlen)
 {
     kh_lua *K = kh_xcalloc(1, sizeof *K);
     K->w = w;
-    K->router = router;
+    K->inst = inst;
+    K->router = inst->router;
+    K->irq = kh__lua_irq_get();
     K->dev = w->cfg->dev;
     K->run_ref = LUA_NOREF;
     lua_State *L = luaL_newstate();
     if (L == NULL) {
         snprintf(err, errlen, "cannot create a Lua state");
+        kh__lua_irq_put(K);
         free(K);
         return -1;
     }
@@ -102,9 +143,7 @@ static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, s
     lua_pushliteral(L, "khamsin.coroutine");
     if (lua_pcall(L, 1, 0, 0) != 0) {
         snprintf(err, errlen, "loading khamsin.coroutine: %s", lua_tostring(L, -1));
-        kh__lua_close_timers(K);
-        lua_close(L);
-        free(K);
+        state_free(K);
         return -1;
     }
 
@@ -113,9 +152,7 @@ static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, s
     /* luaL_loadfile names the chunk "@path", so syntax errors read "path:line: message" */
     if (luaL_loadfile(L, w->cfg->script) != 0 || lua_pcall(L, 0, 0, tb) != 0) {
         snprintf(err, errlen, "%s", lua_tostring(L, -1));
-        kh__lua_close_timers(K);
-        lua_close(L);
-        free(K);
+        state_free(K);
         return -1;
     }
     lua_settop(L, 0);
@@ -124,32 +161,42 @@ static int worker_init(kh_worker *w, kh_router *router, void **app, char *err, s
     lua_pushliteral(L, "khamsin");
     if (lua_pcall(L, 1, 1, 0) != 0) {
         snprintf(err, errlen, "loading khamsin: %s", lua_tostring(L, -1));
-        kh__lua_close_timers(K);
-        lua_close(L);
-        free(K);
+        state_free(K);
         return -1;
     }
     lua_getfield(L, -1, "_run");
     if (!lua_isfunction(L, -1)) {
         snprintf(err, errlen, "khamsin._run is missing");
-        kh__lua_close_timers(K);
-        lua_close(L);
-        free(K);
+        state_free(K);
         return -1;
     }
     K->run_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_getfield(L, -1, "_event");
     if (!lua_isfunction(L, -1)) {
         snprintf(err, errlen, "khamsin._event is missing");
-        kh__lua_close_timers(K);
-        lua_close(L);
-        free(K);
+        state_free(K);
         return -1;
     }
     K->event_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, 0);
+    if (K->dev)
+        K->files = loaded_files_list(L, w->cfg->script);
     *app = K;
     return 0;
+}
+
+/* A reload replaced K: its timers and subscriptions stop; requests, deferred replies and
+ * sleeping callbacks in flight go on until they end (then core closes it). */
+static void worker_retire(void *app)
+{
+    kh_lua *K = app;
+    K->retired = 1;
+    kh__lua_retire_timers(K);
+}
+
+static const char *worker_loaded_files(void *app)
+{
+    return ((kh_lua *)app)->files;
 }
 
 static void worker_close(void *app)
@@ -159,7 +206,9 @@ static void worker_close(void *app)
         return;
     kh__lua_close_cos(K);
     kh__lua_close_timers(K); /* before lua_close: timer handles' __gc look at them */
+    kh__lua_irq_put(K);      /* the interrupt's signal handler forgets this state */
     lua_close(K->L);
+    free(K->files);
     free(K->sh_buf);
     free(K);
 }
@@ -167,6 +216,8 @@ static void worker_close(void *app)
 const kh_app_vt kh_lua_app = {
     .worker_init = worker_init,
     .worker_close = worker_close,
+    .retire = worker_retire,
+    .loaded_files = worker_loaded_files,
     .dispatch = kh__lua_dispatch,
     .on_body = kh__lua_on_body,
     .on_abort = kh__lua_on_abort,

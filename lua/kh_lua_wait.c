@@ -27,6 +27,8 @@ struct kh_lua_timer {
     int kind;
     kh_lua_co *co;      /* TIMER_SLEEP: who sleeps */
     int fn_ref;         /* TIMER_USER: the callback */
+    int internal;       /* TIMER_USER: the engine's own (a deferred reply's timeout): it goes on
+                         * after a reload retired the state; the app's (k.timer, k.every) stop */
     kh_lua_timer **box; /* TIMER_USER: the Lua handle's pointer to us, NULL once collected */
     kh_lua_timer *prev, *next;
 };
@@ -101,6 +103,17 @@ void kh__lua_close_timers(kh_lua *K)
         timer_close(K->timers);
 }
 
+void kh__lua_retire_timers(kh_lua *K)
+{
+    kh_lua_timer *t = K->timers;
+    while (t) {
+        kh_lua_timer *next = t->next;
+        if (t->kind == TIMER_USER && !t->internal)
+            timer_close(t);
+        t = next;
+    }
+}
+
 static kh_lua_timer *timer_open(kh_lua *K, int kind)
 {
     kh_lua_timer *t = kh_xcalloc(1, sizeof *t);
@@ -170,7 +183,8 @@ static void user_timer_cb(uv_timer_t *h)
     kh__lua_spawn_event(K, "timer", 1);
 }
 
-/* timer(delay_s, repeat_s, fn) -> handle with :cancel() */
+/* timer(delay_s, repeat_s, fn, internal) -> handle with :cancel() (internal: the engine's own,
+ * which a reload does not stop) */
 static int l_timer(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
@@ -187,6 +201,7 @@ static int l_timer(lua_State *L)
     lua_pushvalue(L, 3);
     t->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     t->box = box;
+    t->internal = lua_toboolean(L, 4);
     *box = t;
     uv_timer_start(&t->h, user_timer_cb, delay, repeat);
     return 1;
@@ -290,6 +305,7 @@ static int l_blocking(lua_State *L)
     }
     kh_lua_job *j = kh_xcalloc(1, sizeof *j);
     j->base.msg.type = KH_MSG_JOB;
+    j->base.msg.gen = K->inst->gen; /* its result comes back to this instance */
     j->base.msg.dispose = job_dispose;
     j->base.run = kh__lua_pool_run;
     j->base.reply_to = &K->w->inbox;
@@ -337,6 +353,9 @@ void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c)
             c->s->app_wait = KH_WAIT_NONE;
             c->s->flags &= ~KH_STREAM_F_WANT_DRAIN;
         }
+        break;
+    case KH_WAIT_FS:
+        kh__lua_fs_abandon(c);
         break;
     default:
         break;
@@ -386,6 +405,13 @@ static int l_defer_release(lua_State *L)
     return 1;
 }
 
+/* gen() -> this instance's generation (1 at start-up, +1 per reload) */
+static int l_gen(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)K_UPVALUE(L)->inst->gen);
+    return 1;
+}
+
 static int l_defer_timeout(lua_State *L)
 {
     lua_pushnumber(L, (double)K_UPVALUE(L)->w->limits->defer_timeout_ms / 1000.0);
@@ -399,10 +425,11 @@ static void msg_dispose(kh_chan_msg *m)
     free(m);
 }
 
-static kh_lua_msg *msg_new(int type, const char *p, size_t n)
+static kh_lua_msg *msg_new(int type, uint32_t gen, const char *p, size_t n)
 {
     kh_lua_msg *m = kh_xmalloc(sizeof *m + n);
     m->base.type = type;
+    m->base.gen = gen;
     m->base.dispose = msg_dispose;
     m->len = n;
     memcpy(m->data, p, n);
@@ -428,29 +455,31 @@ static int l_publish(lua_State *L)
     const kh_config *cfg = K->w->cfg;
     int sent = 0;
     for (int i = 0; i < cfg->workers; i++)
-        if (kh_worker_post(cfg, i, &msg_new(KH_MSG_PUBLISH, b.p, b.len)->base) == 0)
+        if (kh_worker_post(cfg, i, &msg_new(KH_MSG_PUBLISH, 0, b.p, b.len)->base) == 0)
             sent++;
     free(b.p);
     lua_pushinteger(L, sent);
     return 1;
 }
 
-/* post_resolve(worker, id, status, body, headers) -> true | nil, why | false, message (a
- * value that cannot be copied: k.resolve raises it at the app's line) */
+/* post_resolve(worker, gen, id, status, body, headers) -> true | nil, why | false, message (a
+ * value that cannot be copied: k.resolve raises it at the app's line). gen: the app instance
+ * of that worker which holds the deferred reply (this worker's own other instance too). */
 static int l_post_resolve(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
     int to = (int)luaL_checkinteger(L, 1);
-    lua_settop(L, 5);
+    uint32_t gen = (uint32_t)luaL_checkinteger(L, 2);
+    lua_settop(L, 6);
     kh_copybuf b = {NULL, 0, 0, K->w->limits->pool_msg_bytes};
     char err[400];
-    if (kh_lua_copy_encode(L, 2, 5, 1, &b, "argument", err, sizeof err) != 0) {
+    if (kh_lua_copy_encode(L, 3, 6, 1, &b, "argument", err, sizeof err) != 0) {
         free(b.p);
         lua_pushboolean(L, 0);
         lua_pushfstring(L, "k.resolve: %s", err);
         return 2;
     }
-    int r = kh_worker_post(K->w->cfg, to, &msg_new(KH_MSG_RESOLVE, b.p, b.len)->base);
+    int r = kh_worker_post(K->w->cfg, to, &msg_new(KH_MSG_RESOLVE, gen, b.p, b.len)->base);
     free(b.p);
     if (r != 0) {
         lua_pushnil(L);
@@ -470,6 +499,7 @@ void kh__lua_open_wait(lua_State *L, kh_lua *K)
         {"defer_hold", l_defer_hold},
         {"defer_release", l_defer_release},
         {"defer_timeout", l_defer_timeout},
+        {"gen", l_gen},
         {"publish", l_publish},
         {"post_resolve", l_post_resolve},
         {NULL, NULL},

@@ -1,6 +1,7 @@
 -- khamsin: the public module. Loaded once in every worker's own Lua state.
 -- Owns: route registration and the request runner (_run), which turns a handler's return values
--- into a response. Knows nothing of wire formats: everything goes through khamsin.core.
+-- into a response; with k.use / k.on_error, _run becomes run_chain (khamsin.middleware) and
+-- unmatched requests reach the app too. k.cors is khamsin.cors. Knows nothing of wire formats: everything goes through khamsin.core.
 -- A misuse of the API (a wrong argument, a wait while the script loads, a value that cannot be
 -- copied) raises errors.raise(msg): the message names the app's file:line, not this file's.
 local core = require "khamsin.core"
@@ -59,6 +60,7 @@ local function add(what, method, path, fn, opts)
     end
     local ok, err = core.route(method, path, fn, opts ~= nil and opts.stream_body == true)
     if not ok then raise(err) end
+    request.patterns[err] = path -- the route's ref -> its pattern, for req.route
 end
 
 for _, m in ipairs { "get", "post", "put", "patch", "delete", "options" } do
@@ -81,6 +83,9 @@ function k.route(method, path, fn, opts)
     end
     add("k.route", method, path, fn, opts)
 end
+
+-- Files under dir served at prefix (khamsin.static has the rules).
+function k.static(prefix, dir, opts) require("khamsin.static").register(k, prefix, dir, opts) end
 
 function k.worker_id() return core.worker_id() end
 function k.workers() return core.workers() end
@@ -296,7 +301,11 @@ local function on_error(e)
     local mt = type(e) == "table" and getmetatable(e)
     local msg = (type(e) == "string" or (mt and mt.__tostring)) and tostring(e)
         or ("(error object is a " .. type(e) .. " value: " .. tostring(e) .. ")")
-    return { traceback = traceback(msg, 2) }
+    local err = { traceback = traceback(msg, 2) }
+    if core.dev then -- the --dev error page's message and source (khamsin/devpage.lua)
+        err.message, err.where = msg, require("khamsin.devpage").locate(msg, 2)
+    end
+    return err
 end
 
 local new_req, new_res, finish = request.new, response.new, response.finish
@@ -334,6 +343,29 @@ function k._event(kind, ...)
     if fn then fn(...) end
 end
 
+-- Middleware and error handlers (khamsin.middleware, loaded by the first k.use / k.on_error /
+-- k.cors): with them every request, matched or not, runs through the chain.
+-- The first one swaps k._run for run_chain (the engine resolves k._run once the script has
+-- loaded), so an app without them runs exactly the direct path.
+local mw, run_chain
+
+function k.use(prefix, fn)
+    mw = mw or require "khamsin.middleware"
+    mw.use(prefix, fn)
+    k._run = run_chain
+end
+
+function k.on_error(status, fn)
+    mw = mw or require "khamsin.middleware"
+    mw.on_error(status, fn)
+    k._run = run_chain
+end
+
+-- k.cors{...} returns a middleware: k.use(k.cors{origins = {"https://app.example"}})
+function k.cors(opts)
+    return require("khamsin.cors").new(opts)
+end
+
 -- One xpcall per request: the handler, then the turning of its return values into a reply.
 -- (errors.where names `handler`, serve's first argument, when the app's frames are gone.)
 local function answer(res, n, a, b, c)
@@ -357,6 +389,20 @@ function k._run(handler, s, gen)
     res._req = req -- res:sse() reads last-event-id
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
+    if rawget(req, "_tmpfiles") then request.cleanup(req) end -- req:multipart's temp files
+end
+
+-- With middleware or error handlers: the chain (khamsin.middleware), and errors through k.on_error.
+local function serve_chain(handler, req, res)
+    local n, a, b, c = counted(mw.chain(handler, req, res))
+    if b == mw.ENGINE then error(errors.http(a), 0) end -- the engine's 404/405, passed on
+    answer(res, n, a, b, c)
+end
+
+function run_chain(handler, s, gen)
+    local req, res = new_req(s, gen), new_res(s, gen)
+    local ok, e = xpcall(serve_chain, on_error, handler, req, res)
+    if not ok then mw.fail(req, res, e, answer) end
 end
 
 return k

@@ -13,6 +13,7 @@ local OBJECTS = {
     ["khamsin"] = "k", ["khamsin.log"] = "k.log", ["khamsin.json"] = "k.json",
     ["khamsin.Request"] = "req", ["khamsin.Response"] = "res", ["khamsin.Deferred"] = "d",
     ["khamsin.SharedDict"] = "dict", ["khamsin.Timer"] = "timer",
+    ["khamsin.Multipart"] = "multipart", ["khamsin.Part"] = "part",
 }
 
 -- Names annotated ahead of the code that adds them: missing from the module is not an error for
@@ -105,6 +106,9 @@ k.get("/", function(req, res)
     walk("req", req, out)
     walk("res", res, out)
     walk("dict", dict, out)
+    local mp = req:multipart() -- the request's body is a one-file multipart form
+    walk("multipart", mp, out)
+    walk("part", mp:part(), out)
     local t = k.timer(1000, function() end)
     walk("timer", t, out)
     t:cancel()
@@ -127,7 +131,10 @@ describe("LuaLS annotations (library/khamsin.lua)", function()
         local want = annotated(server.root .. "/library/khamsin.lua")
         assert.truthy(want.k and want.k.get and want.req and want.req.body, "the parser found nothing")
         local srv = server.start { app = app_source(want), tls = false }
-        local r = srv:request { path = "/?x=1", headers = { Cookie = "a=b", ["X-Request-Id"] = "meta" } }
+        local r = srv:request { path = "/?x=1", headers = { Cookie = "a=b", ["X-Request-Id"] = "meta",
+            ["Content-Type"] = "multipart/form-data; boundary=b" },
+            body = '--b\r\nContent-Disposition: form-data; name="f"; filename="f.txt"\r\n'
+                .. "Content-Type: text/plain\r\n\r\nx\r\n--b--\r\n" }
         srv:stop()
         assert.are.equal(200, r.status, r.body)
         local have = {}

@@ -22,7 +22,7 @@
 /* ---- a C app: answers at once, or when the body is in; a stream it holds is released on
  * abort, so every ref is accounted for at the end of an input ---- */
 
-static int app_init(kh_worker *w, kh_router *r, void **app, char *err, size_t errlen)
+static int app_init(kh_worker *w, kh_app_inst *r, void **app, char *err, size_t errlen)
 {
     (void)w, (void)r, (void)err, (void)errlen;
     *app = NULL;

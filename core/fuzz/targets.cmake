@@ -9,3 +9,9 @@ kh_add_fuzz_target(tls13 SOURCES kh_tls13.c kh_buf.c kh_err.c LIBS PkgConfig::OP
 # which it never loads) and every library khcore links, so a new core file needs no change here.
 get_target_property(KH_CORE_LIBS khcore INTERFACE_LINK_LIBRARIES)
 kh_add_fuzz_target(h2_conn SOURCES ${KH_CORE_NAMES} LIBS ${KH_CORE_LIBS})
+# conditional requests: HTTP-dates and entity-tag lists (kh_cond.h)
+kh_add_fuzz_target(cond SOURCES kh_cond.c)
+# Accept-Encoding negotiation and the gzip encoder (kh_compress.h)
+kh_add_fuzz_target(compress SOURCES kh_compress.c kh_limits.c LIBS ${KH_COMPRESS_LIBS})
+# the multipart/form-data parser alone: any chunking gives the same events (kh_multipart.h)
+kh_add_fuzz_target(multipart SOURCES kh_multipart.c)

@@ -33,7 +33,7 @@ static void respond_body(kh_stream *s)
         kh_stream_respond(s, 201, &ct, 1, s->body.base ? s->body.base : "", s->body.len);
 }
 
-static int app_init(kh_worker *w, kh_router *r, void **app, char *err, size_t errlen)
+static int app_init(kh_worker *w, kh_app_inst *r, void **app, char *err, size_t errlen)
 {
     (void)w, (void)r, (void)err, (void)errlen;
     *app = NULL;

@@ -1,8 +1,11 @@
 -- khamsin.defer: deferred replies (res:defer()). The handler returns; the stream stays open,
 -- held by the engine (core.defer_hold), until d:send(), a timeout (504) or the client leaving.
 -- Owns: this worker's registry of pending deferred replies, by id and by stream.
--- Ids are "<worker>:<n>", so k.resolve(id, ...) on any worker finds the owner (another worker's
--- ids go through that worker's mailbox).
+-- Ids are "<worker>:<generation>:<n>", so k.resolve(id, ...) on any worker finds the owner: the
+-- worker, and the app instance on it (after a reload, kh_app.h, a deferred reply started before
+-- it lives in the old instance until answered). Another worker's or another instance's ids go
+-- through that worker's mailbox, with the generation. The timeout timer is the engine's own
+-- (core.timer's 4th argument): a reload does not stop it.
 local core = require "khamsin.core"
 local errors = require "khamsin.errors"
 errors.own()
@@ -75,7 +78,7 @@ function M.new(res, opts)
     if not ok then error(errors.aborted(err), 0) end
     seq = seq + 1
     local d = setmetatable({
-        id = core.worker_id() .. ":" .. seq, _s = res._s, _g = res._g, _res = res, _aborts = {},
+        id = core.worker_id() .. ":" .. core.gen() .. ":" .. seq, _s = res._s, _g = res._g, _res = res, _aborts = {},
     }, D)
     rawset(res, "_deferred", d)
     by_id[d.id] = d
@@ -87,7 +90,7 @@ function M.new(res, opts)
         unregister(d)
         pcall(finish, d._res, 504, "Gateway Timeout\n")
         release(d)
-    end)
+    end, true)
     return d
 end
 
@@ -123,10 +126,11 @@ function M.resolve(id, status, body, headers)
     if type(id) ~= "string" then
         raise("k.resolve(id, ...): id must be a deferred reply's d.id, got a " .. type(id))
     end
-    local w = tonumber(id:match("^(%d+):%d+$"))
+    local w, g = id:match("^(%d+):(%d+):%d+$")
+    w, g = tonumber(w), tonumber(g)
     if not w then raise("k.resolve: '" .. id .. "' is not a deferred reply id") end
-    if w ~= core.worker_id() then
-        local ok, err = core.post_resolve(w, id, status, body, headers)
+    if w ~= core.worker_id() or g ~= core.gen() then
+        local ok, err = core.post_resolve(w, g, id, status, body, headers)
         if ok == false then raise(err) end -- a value that cannot be copied
         return ok, err
     end

@@ -20,6 +20,11 @@ function M.own()
 end
 M.own()
 
+-- Whether a chunk name (debug.getinfo's source) is one of khamsin's own modules.
+function M.is_ours(source)
+    return ours[source] == true
+end
+
 -- The function that calls a request's handler, handler as its first argument (khamsin.lua's
 -- `serve`). When the app's own frames are gone from the stack (a handler that ends in
 -- `return k.blocking(...)` is a tail call; the handler already returned its values), the
@@ -56,6 +61,11 @@ local busy_mt = { __tostring = function(e) return "khamsin.busy: " .. tostring(e
 
 function M.http(status, message)
     return setmetatable({ status = status, message = message }, http_mt)
+end
+
+-- A failed precondition (RFC 9110 §13.1): 412, raised by res:etag / res:last_modified.
+function M.fail412(why)
+    error(M.http(412, "Precondition Failed: " .. why), 0)
 end
 
 function M.is_http(e)

@@ -11,6 +11,12 @@ local core_head, core_headers, core_params, core_body = core.head, core.headers,
 
 local M = {}
 
+-- The request's temp files (req:multipart{files = "disk"}) go when its handler returns.
+function M.cleanup(req)
+    local list = rawget(req, "_tmpfiles")
+    if list then require("khamsin.multipart").cleanup(list) end
+end
+
 local function hexchar(h) return char(tonumber(h, 16)) end
 
 -- application/x-www-form-urlencoded: "+" is a space (the query, req.args)
@@ -64,6 +70,18 @@ local headers_mt = {
 }
 
 local fields = {}
+
+-- route ref -> pattern ("/users/:id"), filled by khamsin.lua as routes are declared
+M.patterns = {}
+
+-- req.route: the pattern of the route that matched, or nil (a request no route answers, seen
+-- by middleware and error handlers)
+function fields.route(req)
+    local ref = core.route_of(rawget(req, "_s"), rawget(req, "_g"))
+    local p = ref and M.patterns[ref]
+    if p then rawset(req, "route", p) end
+    return p
+end
 
 -- req.path is the normal form the router matched (dot segments removed, "//" merged, unreserved
 -- escapes decoded; core/kh_path.h); req.target is the request-target as sent.
@@ -166,6 +184,28 @@ function Req:json(max_depth)
     local v, derr, path = json_decode(self:body(), max_depth or JSON_DEPTH)
     if v == nil then error(errors.http(400, "invalid JSON: " .. derr .. ", at " .. path), 0) end
     return v
+end
+
+-- The body as an application/x-www-form-urlencoded form (khamsin.form has the rules): a table
+-- of name -> value, or an array of values for a repeated name; 415 for another Content-Type,
+-- 400 with the reason for a malformed body or more than max_fields (limit form_fields) fields.
+function Req:form(opts)
+    if not is_req(self) then raise("req:form() is a method: call it with a colon") end
+    if opts ~= nil and (type(opts) ~= "table" or (opts.max_fields ~= nil and
+        (type(opts.max_fields) ~= "number" or opts.max_fields < 1 or opts.max_fields % 1 ~= 0))) then
+        raise("req:form(opts): opts is a table whose max_fields is a positive integer")
+    end
+    local cached = rawget(self, "_form")
+    if cached then return cached end
+    local f = require("khamsin.form").read(self, opts)
+    rawset(self, "_form", f)
+    return f
+end
+
+-- A multipart/form-data body read part by part (khamsin.multipart has the options and rules).
+function Req:multipart(opts)
+    if not is_req(self) then raise("req:multipart() is a method: call it with a colon") end
+    return require("khamsin.multipart").new(self, opts)
 end
 
 local req_mt = {

@@ -1,4 +1,6 @@
--- khamsin.response: the `res` object and the turning of a handler's return values into a reply.
+-- khamsin.response: the `res` object and the turning of a handler's return values into a reply;
+-- res:redirect, res:etag and res:last_modified (the 304 itself is the engine's: core/kh_cond.c;
+-- the 412 of an unsafe method is raised here), and the plain error pages (M.fail).
 -- The forms are body | status, body | status, body, headers; a status is a number (an integer
 -- from 200 to 999). Anything else is refused with a message naming the handler's file:line (a
 -- 500), never guessed at or dropped: a string status ("201", "x"), a nil first value followed by
@@ -77,11 +79,153 @@ function Res:set_cookie(name, value, opts)
     cookies.add(self, cookies.format(name, value, opts))
 end
 
+local function is_res(self) return type(self) == "table" and rawget(self, "_s") ~= nil end
+
+local function set_header(res, name, value)
+    local h = res.headers
+    local l = lower(name)
+    for k in pairs(h) do
+        if type(k) == "string" and k ~= name and lower(k) == l then h[k] = nil end
+    end
+    h[name] = value
+end
+
+local REDIRECT = { [300] = true, [301] = true, [302] = true, [303] = true, [307] = true, [308] = true }
+
+-- return res:redirect(url[, status]): Location and the status (302 by default; 301, 303, 307,
+-- 308, 300); a relative URL is allowed (RFC 9110 §10.2.2). A URL with CR, LF or another control
+-- byte is refused (it could split the response).
+function Res:redirect(url, status)
+    if not is_res(self) then raise("res:redirect() is a method: call it with a colon") end
+    if type(url) ~= "string" or url == "" or url:find("[%z\1-\32\127]") then
+        raise("res:redirect(url[, status]): url must be a non-empty string without spaces or "
+            .. "control bytes (percent-encode them), got " .. describe(url))
+    end
+    status = status or 302
+    if not REDIRECT[status] then
+        raise("res:redirect(url[, status]): status must be 301, 302, 303, 307, 308 or 300, got "
+            .. describe(status))
+    end
+    set_header(self, "Location", url)
+    self.status = status
+    return status, nil
+end
+
+-- RFC 9110 §8.8.3: entity-tag = [ W/ ] DQUOTE *etagc DQUOTE
+local function etag_value(value, weak)
+    if type(value) ~= "string" then return nil end
+    if value:find('^W/"[^"]*"$') or value:find('^"[^"]*"$') then
+        if value:find("[%z\1-\32\127]") then return nil end
+        return value
+    end
+    if value:find('[%z\1-\32"\127]') then return nil end
+    return (weak and 'W/"' or '"') .. value .. '"'
+end
+
+local core_headers = core.headers
+
+-- The request's field `name`, for a precondition (nil when absent)
+local function req_field(res, name)
+    local hs = rawget(res, "_reqh")
+    if not hs then
+        hs = core_headers(res._s, res._g) or {}
+        rawset(res, "_reqh", hs)
+    end
+    return hs[name]
+end
+
+local function unsafe(res)
+    local m = core.head(res._s, res._g)
+    return m ~= nil and m ~= "GET" and m ~= "HEAD"
+end
+
+-- entity-tags of an If-Match / If-None-Match value; "*" -> true
+local function tag_list(v)
+    if v:match("^%s*%*%s*$") then return true end
+    local out = {}
+    for weak, tag in v:gmatch('%s*(W?/?)("[^"]*")%s*,?') do out[#out + 1] = { weak == "W/", tag } end
+    return out
+end
+
+-- res:etag(value[, weak]): sets ETag ("value" quoted, or W/"value"; a value already quoted is
+-- taken as it is). A GET/HEAD answered 200 becomes 304 when If-None-Match matches (the engine
+-- does that, kh_cond.h). For other methods it checks the preconditions at once (RFC 9110
+-- §13.2.2): If-Match that does not match (strong comparison), or If-None-Match that does,
+-- raise k.fail(412): call it before changing anything.
+function Res:etag(value, weak)
+    if not is_res(self) then raise("res:etag() is a method: call it with a colon") end
+    local tag = etag_value(value, weak)
+    if not tag then
+        raise("res:etag(value[, weak]): value must be a string of visible ASCII without '\"' "
+            .. "(or an entity-tag \"...\" / W/\"...\"), got " .. describe(value))
+    end
+    set_header(self, "ETag", tag)
+    if unsafe(self) then
+        local opaque, is_weak = tag:gsub('^W/', ""), tag:sub(1, 2) == "W/"
+        local im = req_field(self, "if-match")
+        if im then
+            local list, ok = tag_list(im), false
+            if list == true then ok = true else
+                for _, t in ipairs(list) do
+                    if not t[1] and not is_weak and t[2] == opaque then ok = true end
+                end
+            end
+            if not ok then errors.fail412("If-Match does not match the current ETag") end
+        end
+        local inm = req_field(self, "if-none-match")
+        if inm then
+            local list, hit = tag_list(inm), false
+            if list == true then hit = true else
+                for _, t in ipairs(list) do if t[2] == opaque then hit = true end end
+            end
+            if hit then errors.fail412("If-None-Match matches the current ETag") end
+        end
+    end
+    return tag
+end
+
+local MONTHS = { Jan = 1, Feb = 2, Mar = 3, Apr = 4, May = 5, Jun = 6, Jul = 7, Aug = 8, Sep = 9,
+    Oct = 10, Nov = 11, Dec = 12 }
+
+-- IMF-fixdate -> seconds since the epoch (nil when it is not one)
+local function parse_date(s)
+    local d, mon, y, h, mi, sec = s:match("^%a%a%a, (%d%d) (%a%a%a) (%d%d%d%d) (%d%d):(%d%d):(%d%d) GMT$")
+    local m = MONTHS[mon or ""]
+    if not m then return nil end
+    y, m = tonumber(y), m
+    if m <= 2 then y = y - 1 end
+    local era = math.floor(y / 400)
+    local yoe = y - era * 400
+    local doy = math.floor((153 * (m + (m > 2 and -3 or 9)) + 2) / 5) + tonumber(d) - 1
+    local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+    return (era * 146097 + doe - 719468) * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(sec)
+end
+M.parse_date = parse_date
+
+-- res:last_modified(time): sets Last-Modified (time: seconds since the epoch, e.g. k.now() or a
+-- file's mtime). A GET/HEAD answered 200 becomes 304 when If-Modified-Since is not older (and
+-- there is no If-None-Match). For other methods, If-Unmodified-Since older than time raises
+-- k.fail(412) at once (when there is no If-Match).
+function Res:last_modified(t)
+    if not is_res(self) then raise("res:last_modified() is a method: call it with a colon") end
+    if type(t) ~= "number" or t ~= t or t < 0 or t > 253402300799 then
+        raise("res:last_modified(time): time must be seconds since the epoch (a number from 0), "
+            .. "got " .. describe(t))
+    end
+    t = math.floor(t)
+    set_header(self, "Last-Modified", os.date("!%a, %d %b %Y %H:%M:%S GMT", t))
+    if unsafe(self) and not req_field(self, "if-match") then
+        local ius = req_field(self, "if-unmodified-since")
+        local since = ius and parse_date(ius)
+        if since and t > since then errors.fail412("modified since If-Unmodified-Since") end
+    end
+    return t
+end
+
 -- Streamed replies (khamsin.stream, khamsin.sse; loaded on first use). res:write(chunk) sends
 -- the head (res.status, res.headers) on its first call, then the chunk (chunked on HTTP/1.1,
 -- DATA on HTTP/2); it waits while stream_high_water bytes are queued, and returns nil, "closed"
 -- once the client is gone. The handler returning ends the response; res:finish() ends it early.
-local function is_res(self) return type(self) == "table" and rawget(self, "_s") ~= nil end
 
 function Res:write(chunk)
     if not is_res(self) then raise("res:write(chunk) is a method: call it with a colon") end
@@ -200,43 +344,74 @@ function M.finish(res, a, b, c, who)
     if ok == false then raise(err) end -- a header the engine refuses, a second answer
 end
 
--- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500).
-function M.fail(req, res, e)
+-- The headers a reply carries onto an error page: what the handler or a middleware put in
+-- res.headers (CORS, Vary, cookies...), except the fields that describe a body other than the
+-- page's own.
+local function error_headers(res)
+    local rh = rawget(res, "headers")
+    if type(rh) ~= "table" then return nil end
+    local out
+    for k, v in pairs(rh) do
+        if type(k) == "string" then
+            local l = lower(k)
+            if l ~= "content-type" and l ~= "content-length" and l ~= "content-encoding"
+                    and l ~= "content-range" and l ~= "etag" and l ~= "last-modified" then
+                out = out or {}
+                out[k] = v
+            end
+        end
+    end
+    return out
+end
+
+-- Logs a handler's bug (the traceback) as an [error] line.
+function M.log_error(req, e)
+    local tb = type(e) == "table" and e.traceback or tostring(e)
+    -- core.log starts the line with "request <id>: " (it runs in the request's coroutine)
+    log(0, "handler error on " .. tostring(req.method) .. " "
+        .. tostring(req.path) .. ": " .. tb)
+    return tb
+end
+
+-- The handler (or finish) raised e: an HTTP error from k.fail, or a bug (logged, 500). The page
+-- carries res.headers (error_headers). logged: the bug was logged already (khamsin.middleware).
+function M.fail(req, res, e, logged)
     if defer then defer.drop(res) end -- nothing to drop before the first res:defer()
     local sse = rawget(res, "_sse") -- res:sse() (khamsin.sse): its stream ends with the handler
     if sse then sse:_ended() end
     if errors.is_aborted(e) then return end -- the engine answered, or nobody is listening
+    local h = error_headers(res)
     if errors.is_busy(e) then
-        respond(res._s, res._g, 503, "Service Unavailable: " .. tostring(e.reason) .. "\n",
-            { ["Retry-After"] = "1" }, TEXT)
+        h = h or {}
+        h["Retry-After"] = "1"
+        respond(res._s, res._g, 503, "Service Unavailable: " .. tostring(e.reason) .. "\n", h, TEXT)
         return
     end
     if errors.is_http(e) then
         local msg = e.message
         if e.status == 204 or e.status == 304 then -- no content (RFC 9110 §15.3.5, §15.4.5)
-            respond(res._s, res._g, e.status, "", nil, nil)
+            respond(res._s, res._g, e.status, "", h, nil)
             return
         end
         if type(msg) == "table" then -- k.fail(400, {error = "bad"}): JSON, as a returned table
             local out, emsg, path = json_encode(msg)
             if out then
-                respond(res._s, res._g, e.status, out, nil, JSON)
+                respond(res._s, res._g, e.status, out, h, JSON)
                 return
             end
             msg = "(k.fail's table message cannot be sent as JSON: " .. emsg .. ", at " .. path .. ")"
         elseif msg == nil then
             msg = core.reason(e.status) -- k.fail(404): "Not Found"
         end
-        respond(res._s, res._g, e.status, tostring(msg) .. "\n", nil, TEXT)
+        respond(res._s, res._g, e.status, tostring(msg) .. "\n", h, TEXT)
         return
     end
-    local tb = type(e) == "table" and e.traceback or tostring(e)
-    -- core.log starts the line with "request <id>: " (it runs in the request's coroutine)
-    log(0, "handler error on " .. tostring(req.method) .. " "
-        .. tostring(req.path) .. ": " .. tb)
-    local body = "Internal Server Error\n"
-    if core.dev then body = "Internal Server Error\n\n" .. tb .. "\n" end
-    respond(res._s, res._g, 500, body, nil, TEXT)
+    if not logged then M.log_error(req, e) end
+    local body, ctype = "Internal Server Error\n", TEXT
+    if core.dev then -- message, source lines and traceback; never without --dev
+        body, ctype = require("khamsin.devpage").render(req.headers.accept, e, json_encode)
+    end
+    respond(res._s, res._g, 500, body, h, ctype)
 end
 
 return M

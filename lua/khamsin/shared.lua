@@ -134,7 +134,13 @@ function M.declare(name, bytes)
             .. (type(bytes) == "number" and tostring(bytes) or "a " .. type(bytes)))
     end
     local d, err = core.shdict_declare(name, bytes)
-    if not d then raise("k.shared_dict: " .. err) end -- declared before with another size
+    if not d then -- declared before with another size
+        if core.gen() > 1 then -- a reload (the instance being built is not the first)
+            err = err .. "; a reload cannot resize a dictionary (its memory belongs to the "
+                .. "process and keeps its contents): restart khamsin to change the size"
+        end
+        raise("k.shared_dict: " .. err)
+    end
     return wrap(name, d)
 end
 

@@ -693,7 +693,8 @@ int kh_stream_allow_large_body(kh_stream *s)
         return 0;
     kh_route_match m;
     m.num_params = 0;
-    if (kh_router_match(s->worker->router, s->method, s->path, &m) != 0 ||
+    kh_worker *w = s->worker;
+    if (kh_router_match(w->inst ? w->inst->router : w->router, s->method, s->path, &m) != 0 ||
         !(m.value & KH_ROUTE_BODY_STREAM))
         return 0;
     s->body_state = KH_BODY_READING;

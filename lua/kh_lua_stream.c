@@ -247,6 +247,7 @@ static int l_post_send_to(lua_State *L)
     }
     kh_lua_msg *m = kh_xmalloc(sizeof *m + b.len);
     m->base.type = KH_MSG_SENDTO;
+    m->base.gen = 0; /* the current instance: a pushed stream of a retired one is not reached */
     m->base.dispose = msg_dispose;
     m->base.gen = 0; /* (ws branch, after main's hot reload) the current instance there: an unset gen routed the message nowhere */
     m->len = b.len;

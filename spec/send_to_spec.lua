@@ -138,9 +138,10 @@ describe("k.send_to", function()
         -- a fast one
         local text = reader(srv, "h1", 10)
         local fast_id = stream_id(text)
-        -- 50 rounds of 40 events of 1 KB to every stream of every worker (40 KB a round, under
-        -- the 64 KiB stream_out_cap): 2 MB each; the fast reader keeps up, the slow one cannot
-        for round = 1, 50 do
+        -- 100 rounds of 40 events of 1 KB to every stream of every worker (40 KB a round, under
+        -- the 64 KiB stream_out_cap): 4 MB each (more than loopback's socket buffers take); the
+        -- fast reader keeps up, the slow one cannot
+        for round = 1, 100 do
             assert.are.equal("ok", srv:request { path = "/broadcast?n=40&round=" .. round }.body)
             server.wait_until(5, function() return text():find("event: b" .. round .. "%-40\n") end, 0.005)
         end
@@ -150,11 +151,11 @@ describe("k.send_to", function()
         end)
         assert.are.equal("slow consumer", why)
         local all = server.wait_until(30, function()
-            return text():find("event: b50-40\ndata: ", 1, true)
+            return text():find("event: b100-40\ndata: ", 1, true)
         end)
         assert.truthy(all, "the fast stream did not get the whole broadcast")
         local _, n = text():gsub("event: b%d+%-%d+\n", "")
-        assert.are.equal(2000, n)
+        assert.are.equal(4000, n)
         assert.are.equal("nil", srv:request { path = "/get/closed_" .. fast_id }.body)
         c.sock:close()
     end)

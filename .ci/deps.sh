@@ -5,9 +5,13 @@ set -euo pipefail
 what=${1:-run}
 # luajit2 (the luajit command) compiles khamsin's Lua modules to the bytecode built into the binary
 pkgs=(cmake make gcc pkg-config libluajit2-5.1-dev luajit2 libuv1-dev libnghttp2-dev libssl-dev lua-cjson curl zlib1g-dev libbrotli-dev libzstd-dev)
+# --http3 (khamsin-h3.so): ngtcp2 0.12 with its GnuTLS crypto helper, nghttp3 0.8
+pkgs+=(libngtcp2-dev libnghttp3-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev)
 if [ "$what" = test ] || [ "$what" = bench ]; then
   # luarocks: spec/luarocks_spec.lua; lua5.1: khamsin.test under PUC Lua (spec/khamsin_test_spec.lua)
   pkgs+=(lua-busted lua-socket lua-sec luarocks lua5.1 clang libclang-rt-14-dev python3 python3-h2 nghttp2-client openssl iproute2 testssl.sh nginx python3-brotli zstd)
+  # spec/h3_spec.lua: gtlsclient (HTTP/3 interop) and headless Chromium
+  pkgs+=(ngtcp2-client chromium)
   # spec/redis_spec.lua: a real redis-server, and redis-lua (luasocket API) run on k.socket
   pkgs+=(redis-server lua-redis)
 fi

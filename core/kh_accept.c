@@ -2,7 +2,7 @@
  * Owns:  the listeners' uv_poll_t handles and fds, the back-off and report timers.
  * In:    readable listeners (level-triggered: a batch is accepted per wakeup and the rest on
  *        the next loop turn, so one busy listener cannot starve the worker's connections).
- * Out:   kh_conn_accept(w, fd, peer, tls) for each accepted fd; rate-limited log lines.
+ * Out:   kh_conn_accept(w, fd, peer, tls, listener) for each accepted fd; rate-limited log lines.
  * Never: lets libuv accept (no uv_listen: see kh_accept.h), or retries accept() in a loop on an
  *        error that the next call would repeat. */
 #define _GNU_SOURCE /* accept4 */
@@ -249,7 +249,7 @@ static void poll_cb(uv_poll_t *p, int status, int events)
         int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             a->accepted++;
-            if (kh_conn_accept(w, fd, &ss, l->tls) != 0)
+            if (kh_conn_accept(w, fd, &ss, l->tls, (int)(l - a->ls)) != 0)
                 close(fd);
             if (a->closed || a->paused)
                 return;

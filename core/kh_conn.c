@@ -15,21 +15,9 @@
 #include <sys/ioctl.h>
 
 #include "kh_err.h"
-#include "kh_h1.h"
-#include "kh_h2.h"
 #include "kh_log.h"
+#include "kh_proto.h"
 #include "kh_tls.h"
-
-/* The protocols a connection can run, by ALPN id (RFC 7301), in our order of preference: TLS
- * advertises exactly these, and the first one the client also offers is started. */
-static const struct {
-    const char *alpn;
-    const kh_proto_vt *vt;
-    void (*start)(kh_conn *c);
-} protos[] = {
-    {"h2", &kh_h2_proto, kh_h2_start},
-    {"http/1.1", &kh_h1_proto, kh_h1_start},
-};
 
 /* The one write libuv holds for a connection: the bytes must live until write_cb (libuv).
  * uv_write calls back only once the whole buffer is in the kernel, which for a slow reader can
@@ -99,37 +87,44 @@ static void peer_from_sockaddr(kh_addr *a, const struct sockaddr_storage *ss)
     }
 }
 
-size_t kh_conn_alpn_wire(unsigned char *out, size_t cap)
+static void wc_flush(kh_wconn *wc)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < KH_ARRAY_LEN(protos); i++) {
-        size_t len = strlen(protos[i].alpn);
-        if (n + 1 + len > cap)
-            break;
-        out[n++] = (unsigned char)len;
-        memcpy(out + n, protos[i].alpn, len);
-        n += len;
-    }
-    return n;
+    kh__conn_flush(KH_CONTAINER_OF(wc, kh_conn, wc));
 }
 
-void kh_conn_start_proto(kh_conn *c, const char *alpn, size_t len)
+static void wc_shutdown(kh_wconn *wc)
 {
-    size_t i = KH_ARRAY_LEN(protos) - 1; /* http/1.1: cleartext, or no ALPN in the ClientHello */
-    for (size_t j = 0; j < KH_ARRAY_LEN(protos) && len; j++)
-        if (strlen(protos[j].alpn) == len && memcmp(protos[j].alpn, alpn, len) == 0)
-            i = j;
-    c->proto = protos[i].vt;
-    protos[i].start(c);
+    kh_conn *c = KH_CONTAINER_OF(wc, kh_conn, wc);
+    if (c->flags & KH_CONN_F_CLOSING)
+        return;
+    if (c->proto && c->proto->on_shutdown)
+        c->proto->on_shutdown(c);
+    else if (c->proto == NULL)
+        kh_conn_close(c); /* still in its TLS handshake: no request to finish */
 }
 
-int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls)
+static void wc_close(kh_wconn *wc)
+{
+    kh_conn_close(KH_CONTAINER_OF(wc, kh_conn, wc));
+}
+
+static const kh_wconn_vt conn_wc_vt = {wc_flush, wc_shutdown, wc_close};
+
+const char *kh_conn_alt_svc(const kh_stream *s)
+{
+    const kh_conn *c = s->proto;
+    const kh_listen_addr *la = &c->w->cfg->listens[c->listener];
+    return la->alt_svc[0] ? la->alt_svc : NULL;
+}
+
+int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls,
+                   int listener)
 {
     kh_conn *c = kh_xcalloc(1, sizeof *c);
     c->w = w;
     uv_tcp_init(&w->loop, &c->tcp);
     c->tcp.data = c;
-    w->num_conns++;
+    kh_worker_conn_add(w, &c->wc, &conn_wc_vt);
     int r = uv_tcp_open(&c->tcp, fd);
     if (r != 0) {
         c->flags |= KH_CONN_F_CLOSING;
@@ -137,11 +132,12 @@ int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh
         return r;
     }
     c->id = ++w->next_conn_id;
+    c->listener = (uint8_t)listener;
     /* kh_accept pauses accepting at the `connections` limit and while stopping */
     uv_tcp_nodelay(&c->tcp, 1);
     peer_from_sockaddr(&c->peer, peer);
     if (tls) {
-        /* The protocol starts once the handshake has picked it (kh_conn_start_proto). */
+        /* The protocol starts once the handshake has picked it (kh_proto_start). */
         c->tls = kh_tls_new(tls, c);
         if (c->tls == NULL) {
             KH_LOG_WARN("tls: cannot create a session: closing a new connection");
@@ -150,7 +146,7 @@ int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh
         }
         kh_conn_set_timeout(c, KH_TO_TLS_HANDSHAKE);
     } else {
-        kh_conn_start_proto(c, NULL, 0);
+        kh_proto_start(c, NULL, 0);
     }
     start_reading(c);
     return 0;
@@ -394,14 +390,8 @@ static void on_close(uv_handle_t *h)
     kh_buf_release(&c->in, &w->bufs);
     kh_buf_release(&c->out, &w->bufs);
     kh_tls_free(c->tls, &w->bufs);
-    /* a close callback runs after this turn's flush pass, but the conn may have been queued
-     * again since */
-    kh_worker_unschedule_flush(w, c);
+    kh_worker_conn_remove(w, &c->wc);
     free(c);
-    w->num_conns--;
-    kh_accept_on_conn_closed(w); /* a pause for want of fds or at the limit ends now */
-    if (w->stopping && w->num_conns == 0)
-        uv_async_send(&w->wakeup); /* let the worker finish its stop now */
 }
 
 static void shutdown_cb(uv_shutdown_t *req, int status)

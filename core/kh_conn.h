@@ -2,8 +2,10 @@
  * Owns:  the uv_tcp_t, the unconsumed input (in), the output queue (out, plus one in-flight
  *        write), its timeout entry, the protocol's inline state, and on a TLS listener its
  *        kh_tls transport (then `in` and `out` hold plaintext).
- * In:    bytes from the socket (lent from the worker's read slab), protocol output, timeouts.
- * Out:   on_read/on_eof/on_timeout/on_shutdown/on_close calls into the protocol; writes.
+ * In:    bytes from the socket (lent from the worker's read slab), protocol output, timeouts;
+ *        the worker's flush pass and stop walks through its registry entry (wc).
+ * Out:   on_read/on_eof/on_timeout/on_shutdown/on_close calls into the protocol; writes. Which
+ *        protocol starts is kh_proto's choice (ALPN, preface, Upgrade), not this file's.
  * Never: parses a byte of HTTP.
  * Memory: an idle keep-alive connection holds this struct only (no buffer, no stream). */
 #ifndef KH_CONN_H
@@ -43,7 +45,7 @@ typedef struct kh_proto_vt {
 
 enum {
     KH_CONN_F_CLOSING = 1u << 0,     /* uv_close was called */
-    KH_CONN_F_IN_FLUSH = 1u << 1,    /* on the worker's flush list */
+    KH_CONN_F_IN_FLUSH = 1u << 1,    /* unused: wc.in_flush says it (kept so bits do not move) */
     KH_CONN_F_PAUSED = 1u << 2,      /* the protocol takes no input now */
     KH_CONN_F_READING = 1u << 3,     /* uv_read_start is active */
     KH_CONN_F_REFEED = 1u << 4,      /* offer `in` to the protocol again at the next flush */
@@ -57,13 +59,14 @@ struct kh_conn {
     uv_tcp_t tcp;
     kh_worker *w;
     const kh_proto_vt *proto; /* NULL while a TLS handshake runs */
-    kh_conn *flush_next;
+    kh_wconn wc;              /* its entry in the worker's registry and flush list */
     kh_tls *tls;              /* NULL on a cleartext listener */
     kh_buf in;
     kh_buf out;
     struct kh_write_op *writing; /* the one write libuv holds, or NULL */
     kh_timer timer;
     uint8_t timer_kind;  /* what the protocol waits for (enum kh_timeout_kind) */
+    uint8_t listener;    /* index of the listener that accepted it (cfg->listens), mod 256 */
     uint16_t flags;
     uint32_t id;
     kh_addr peer;
@@ -74,15 +77,11 @@ struct sockaddr_storage;
 /* Takes a connection accepted on worker w (fd from accept4, non-blocking; peer its address), as
  * kh_accept does; tls is the listener's TLS context, or NULL for cleartext. Returns 0: the fd is
  * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's. */
-int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls);
-
-/* Starts the protocol named by an ALPN id (RFC 7301), e.g. "http/1.1"; len 0 means none was
- * negotiated (HTTP/1.1). kh_tls calls it when the handshake completes. This is the one place
- * that maps ALPN ids to protocol modules (the table in kh_conn.c). */
-void kh_conn_start_proto(kh_conn *c, const char *alpn, size_t len);
-/* Writes the ALPN ids of that table in wire format (length-prefixed, preference order) into
- * out; returns the length. */
-size_t kh_conn_alpn_wire(unsigned char *out, size_t cap);
+int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls,
+                   int listener);
+/* The Alt-Svc value for responses on s's connection (h1 and h2 sinks: kh_sink_vt.alt_svc), or
+ * NULL: with --http3, `h3=":PORT"; ma=86400` for the port of the listener that accepted it. */
+const char *kh_conn_alt_svc(const kh_stream *s);
 
 /* Output: append bytes (copied) and make sure a flush happens this loop turn. */
 void kh_conn_write(kh_conn *c, const void *p, size_t n);

@@ -16,8 +16,8 @@
 
 #include "kh_err.h"
 #include "kh_h1_parse.h"
-#include "kh_h2.h"
 #include "kh_log.h"
+#include "kh_proto.h"
 
 enum h1_phase {
     PH_HEAD = 0, /* waiting for a request head */
@@ -297,7 +297,8 @@ static int start_request(kh_conn *c, kh_h1_head *head, kh_h1_field *fields)
     kh_stream_set_head(s, head->method, head->target, head->path, head->query, authority, 1,
                        head->minor_version, hdrs, nh);
     s->peer = c->peer;
-    if (h2c && kh_h2_upgrade(c, s, h2c->value) == 0)
+    const kh_proto *up_to = h2c ? kh_proto_by_upgrade("h2c", 3) : NULL;
+    if (up_to && up_to->upgrade(c, s, h2c->value) == 0)
         return 1; /* c speaks h2 now; the stream is stream 1 there */
     h1_stream *hs = HS(s);
     memset(hs, 0, sizeof *hs);
@@ -350,15 +351,13 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
                 return off;
             }
             if (!(h->flags & H1_SEEN) && off == 0) {
-                /* RFC 9113 §3.3: HTTP/2 with prior knowledge starts with the preface, which
-                 * the HTTP/1.1 parser would refuse: hand the connection over untouched */
-                size_t k = KH_MIN(n, (size_t)KH_H2_PREFACE_LEN);
-                if (memcmp(p, KH_H2_PREFACE, k) == 0) {
-                    if (k < KH_H2_PREFACE_LEN)
-                        return 0; /* wait for the rest of the preface */
-                    kh_h2_start(c);
+                /* a protocol with prior knowledge (RFC 9113 §3.3: h2) starts with a preface
+                 * the HTTP/1.1 parser would refuse: kh_proto hands the connection over */
+                int sw = kh_proto_sniff(c, p, n);
+                if (sw < 0)
+                    return 0; /* wait for the rest of the preface */
+                if (sw > 0)
                     return c->proto->on_read(c, p, n);
-                }
             }
             kh_h1_field fields[l->header_fields];
             kh_h1_head head;
@@ -692,4 +691,5 @@ static const kh_sink_vt h1_sink = {
     .data = h1_data,
     .want_body = h1_want_body,
     .reset = h1_reset,
+    .alt_svc = kh_conn_alt_svc,
 };

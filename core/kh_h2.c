@@ -1287,4 +1287,5 @@ static const kh_sink_vt h2_sink = {
     .data = h2_data,
     .want_body = h2_want_body,
     .reset = h2_reset,
+    .alt_svc = kh_conn_alt_svc,
 };

@@ -336,13 +336,15 @@ static int header_ok(const kh_header *h)
  * here, once, for every protocol: the sinks just encode what they get. */
 /* The head with the headers the engine adds, each unless h already has that field:
  * X-Request-Id (kh_reqid) on every response; on a KH_STREAM_F_TLS stream also
- * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options (tls_nosniff). */
+ * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options (tls_nosniff), and
+ * Alt-Svc when the sink has one to advertise (h1/h2 with --http3: kh_conn_alt_svc). */
 static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t n,
                            int64_t content_length)
 {
     const kh_limits *l = s->worker->limits;
     int tls = (s->flags & KH_STREAM_F_TLS) != 0;
     int hsts = tls && l->hsts_max_age != 0, nosniff = tls && l->tls_nosniff != 0, rid = 1;
+    const char *alt = tls && s->sink->alt_svc ? s->sink->alt_svc(s) : NULL;
     for (size_t i = 0; i < n; i++) {
         if (h[i].name.len == 12 && kh_str_ieq_lower(h[i].name, "x-request-id", 12))
             rid = 0;
@@ -350,11 +352,13 @@ static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t 
             hsts = 0;
         else if (tls && kh_str_ieq_lower(h[i].name, "x-content-type-options", 22))
             nosniff = 0;
+        else if (alt && kh_str_ieq_lower(h[i].name, "alt-svc", 7))
+            alt = NULL;
     }
-    if (!hsts && !nosniff && !rid)
+    if (!hsts && !nosniff && !rid && !alt)
         return s->sink->head(s, status, h, n, content_length);
     kh_header local[16];
-    kh_header *all = n + 3 <= KH_ARRAY_LEN(local) ? local : kh_xmalloc((n + 3) * sizeof *all);
+    kh_header *all = n + 4 <= KH_ARRAY_LEN(local) ? local : kh_xmalloc((n + 4) * sizeof *all);
     if (n)
         memcpy(all, h, n * sizeof *h);
     size_t k = n;
@@ -367,6 +371,8 @@ static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t 
     }
     if (nosniff)
         all[k++] = (kh_header){KH_STR_LIT("X-Content-Type-Options"), KH_STR_LIT("nosniff")};
+    if (alt)
+        all[k++] = (kh_header){KH_STR_LIT("Alt-Svc"), {alt, strlen(alt)}};
     int r = s->sink->head(s, status, all, k, content_length); /* the sink copies what it keeps */
     if (all != local)
         free(all);

@@ -53,6 +53,8 @@ typedef struct kh_sink_vt {
     void (*want_body)(kh_stream *s);
     /* Abandons the response after an error that came too late for a clean status. */
     void (*reset)(kh_stream *s, int err);
+    /* Optional: the Alt-Svc value to advertise on this stream's responses (h3 on TCP), or NULL. */
+    const char *(*alt_svc)(const kh_stream *s);
 } kh_sink_vt;
 
 enum kh_body_state {

@@ -1,4 +1,6 @@
-/* kh_timer.h: fixed-duration timeout queues, 24-byte entries embedded in their owners.
+/* kh_timer.h: fixed-duration timeout queues, 24-byte entries embedded in their owners; and a
+ * variable-deadline queue (kh_dtimeq) for owners whose next deadline changes all the time (a
+ * QUIC connection: ngtcp2_conn_get_expiry after every packet).
  * Owns:  nothing but list links; the owner (a conn) embeds the kh_timer and is told by callback.
  * Why:   every connection timeout (header, keep-alive, body, write) has one duration per worker, so
  *        appending at the tail keeps each queue sorted by deadline: insert, remove and expiry are
@@ -41,5 +43,37 @@ void kh_timeq_expire(kh_timeq *q, uint64_t now);
 int kh_timeq_expire_oldest(kh_timeq *q, int n);
 /* Earliest deadline in q, or UINT64_MAX when empty. */
 uint64_t kh_timeq_next(const kh_timeq *q);
+
+/* Variable deadlines: a binary min-heap of pointers to entries embedded in their owners, so
+ * set (insert or move), cancel and expiry are O(log n) whatever the order of the deadlines.
+ * The worker drives it with a uv_timer_t armed at the earliest deadline (kh_worker.h). */
+typedef struct kh_dtimer kh_dtimer;
+typedef void (*kh_dtimer_cb)(kh_dtimer *t);
+struct kh_dtimer {
+    uint64_t deadline; /* loop time in ms */
+    uint32_t idx;      /* 1 + its index in the heap; 0 when not queued */
+    kh_dtimer_cb cb;
+};
+typedef struct kh_dtimeq {
+    kh_dtimer **heap;
+    uint32_t n, cap;
+} kh_dtimeq;
+
+void kh_dtimeq_free(kh_dtimeq *q);
+/* (Re)queues t with this deadline; t->cb runs once it has passed. */
+void kh_dtimer_set(kh_dtimeq *q, kh_dtimer *t, uint64_t deadline);
+void kh_dtimer_cancel(kh_dtimeq *q, kh_dtimer *t);
+static inline int kh_dtimer_active(const kh_dtimer *t)
+{
+    return t->idx != 0;
+}
+/* Calls cb for (and removes) every entry whose deadline is <= now; a callback may set any
+ * entry again (one set to <= now runs in the same call). */
+void kh_dtimeq_expire(kh_dtimeq *q, uint64_t now);
+/* Earliest deadline, or UINT64_MAX when empty. */
+static inline uint64_t kh_dtimeq_next(const kh_dtimeq *q)
+{
+    return q->n ? q->heap[0]->deadline : UINT64_MAX;
+}
 
 #endif

@@ -3,7 +3,7 @@
  *        one mutable thing the workers share, behind ticket_mu), each connection's SSL (until a
  *        TLS 1.3 handshake is done: then its kh_tls13 record layer) and its pending ciphertext.
  * In:    certificate files or --tls-self-signed at start-up; ciphertext and plaintext from kh_conn.
- * Out:   ciphertext for kh_conn to write; plaintext in c->in; kh_conn_start_proto after ALPN.
+ * Out:   ciphertext for kh_conn to write; plaintext in c->in; kh_proto_start after ALPN.
  * Never: blocks, touches the socket, or logs peer garbage above DEBUG.
  *
  * I/O goes through a BIO of our own rather than BIO_s_mem: its read side hands OpenSSL the bytes
@@ -21,6 +21,7 @@
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -29,6 +30,7 @@
 #include "kh_conn.h"
 #include "kh_err.h"
 #include "kh_log.h"
+#include "kh_proto.h"
 #include "kh_tls13.h"
 
 /* Session tickets (RFC 8446 §4.6.1): one AES-256-CBC + HMAC-SHA256 key encrypts new tickets for
@@ -414,7 +416,7 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
     t->rotate_s = o->ticket_rotate_s ? o->ticket_rotate_s : 3600;
     uv_mutex_init(&t->ticket_mu);
     ticket_key_new(&t->keys[0], mono_s());
-    t->alpn_len = kh_conn_alpn_wire(t->alpn, sizeof t->alpn);
+    t->alpn_len = kh_proto_alpn_wire(t->alpn, sizeof t->alpn);
     t->algs = o->own_records ? kh_tls13_algs_new() : NULL;
     if (o->own_records && t->algs == NULL)
         KH_LOG_WARN("tls: an AEAD or hash is missing from OpenSSL: its record layer stays in use "
@@ -452,6 +454,59 @@ fail:
 const char *kh_tls_ctx_spki_sha256(const kh_tls_ctx *t)
 {
     return t->spki;
+}
+
+/* A memory BIO's bytes as a malloc'd NUL-terminated string; frees the BIO. */
+static char *bio_take(BIO *b, size_t *len)
+{
+    char *p = NULL;
+    long n = BIO_get_mem_data(b, &p);
+    char *out = NULL;
+    if (n > 0) {
+        out = kh_xmalloc((size_t)n + 1);
+        memcpy(out, p, (size_t)n);
+        out[n] = '\0';
+        *len = (size_t)n;
+    }
+    BIO_free(b);
+    return out;
+}
+
+int kh_tls_ctx_export_pem(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
+                          size_t *key_len)
+{
+    *chain = *key = NULL;
+    SSL_CTX *ctx = t->ctxs[0];
+    STACK_OF(X509) *extra = NULL;
+    BIO *cb = BIO_new(BIO_s_mem()), *kb = BIO_new(BIO_s_mem());
+    int ok = cb && kb && PEM_write_bio_X509(cb, SSL_CTX_get0_certificate(ctx)) == 1 &&
+             SSL_CTX_get0_chain_certs(ctx, &extra) == 1;
+    for (int i = 0; ok && extra && i < sk_X509_num(extra); i++)
+        ok = PEM_write_bio_X509(cb, sk_X509_value(extra, i)) == 1;
+    ok = ok && PEM_write_bio_PrivateKey(kb, SSL_CTX_get0_privatekey(ctx), NULL, NULL, 0, NULL,
+                                        NULL) == 1;
+    if (!ok) {
+        BIO_free(cb);
+        BIO_free(kb);
+        return -1;
+    }
+    *chain = bio_take(cb, chain_len);
+    *key = bio_take(kb, key_len);
+    if (*chain == NULL || *key == NULL) {
+        kh_tls_pem_free(*chain, *chain_len);
+        kh_tls_pem_free(*key, *key_len);
+        *chain = *key = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void kh_tls_pem_free(char *p, size_t len)
+{
+    if (p == NULL)
+        return;
+    OPENSSL_cleanse(p, len);
+    free(p);
 }
 
 void kh_tls_ctx_free(kh_tls_ctx *t)
@@ -622,7 +677,7 @@ int kh_tls_read(kh_tls *s, const char *p, size_t n)
         if (alen)
             memcpy(proto, alpn, alen); /* the SSL object (which owns alpn) may go now */
         hand_off(s, sent_before);
-        kh_conn_start_proto(c, proto, alen);
+        kh_proto_start(c, proto, alen);
         if (c->flags & KH_CONN_F_CLOSING)
             goto out;
         if (s->ssl == NULL) {

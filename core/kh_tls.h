@@ -5,7 +5,7 @@
  *        connection: the SSL object and the ciphertext waiting to be written.
  * In:    ciphertext the conn read (lent from the worker's read slab); plaintext from c->out.
  * Out:   plaintext appended to c->in; ciphertext handed to the conn's write; the protocol chosen
- *        by ALPN started through kh_conn_start_proto.
+ *        by ALPN started through kh_proto_start.
  * Never: touches the socket or the loop (the conn does the I/O); changes an SSL_CTX after the
  *        workers start (they share them read-only); loads a file on a worker.
  * Memory: after a TLS 1.3 handshake the SSL object is freed and kh_tls13 protects the records
@@ -41,11 +41,18 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen);
  * --ignore-certificate-errors-spki-list takes it). */
 const char *kh_tls_ctx_spki_sha256(const kh_tls_ctx *t);
 void kh_tls_ctx_free(kh_tls_ctx *t);
+/* Main thread: the default certificate (leaf first, then its chain) and its private key as PEM,
+ * each malloc'd and NUL-terminated, for the QUIC module, which presents the same certificate
+ * and key (also the --tls-self-signed one, so its logged SPKI hash holds for QUIC too). Returns
+ * 0, or -1 with nothing allocated. Free both with kh_tls_pem_free (it wipes the key). */
+int kh_tls_ctx_export_pem(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
+                          size_t *key_len);
+void kh_tls_pem_free(char *p, size_t len);
 
 /* Per connection, on its worker. */
 kh_tls *kh_tls_new(kh_tls_ctx *t, kh_conn *c);
 void kh_tls_free(kh_tls *s, kh_bufcache *bufs);
-/* Feeds n bytes of ciphertext: drives the handshake (calling kh_conn_start_proto once ALPN is
+/* Feeds n bytes of ciphertext: drives the handshake (calling kh_proto_start once ALPN is
  * settled) and appends the plaintext to c->in. Returns 0; 1 when the peer sent close_notify
  * (end of input); or a negative KH_E* code when the connection must close (peer garbage, a
  * failed handshake: logged at DEBUG). */

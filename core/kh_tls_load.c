@@ -171,6 +171,18 @@ int kh_tls_established(const kh_tls *s)
     return tls->established(s);
 }
 
+int kh_tls_ctx_export_pem(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
+                          size_t *key_len)
+{
+    return tls->ctx_export_pem(t, chain, chain_len, key, key_len);
+}
+
+void kh_tls_pem_free(char *p, size_t len)
+{
+    if (p)
+        tls->pem_free(p, len);
+}
+
 /* ---- the client side (kh_tls_client.h), from any worker ---- */
 
 kh_tls_client *kh_tls_client_new(const kh_tls_client_opts *o, char *err, size_t errlen)

@@ -6,7 +6,7 @@
  * Owns:  nothing; it only describes the table.
  * In/Out: the module exports one function, KH_TLS_MODULE_ENTRY, returning a table of kh_tls.h's
  *        functions; kh_tls_load.c in the binary dlopens the module and calls through that table.
- *        The module takes core's functions (kh_log_write, kh_buf_*, kh_conn_start_proto, ...)
+ *        The module takes core's functions (kh_log_write, kh_buf_*, kh_proto_start, ...)
  *        from the binary, which exports every kh_* symbol (-Wl,--export-dynamic-symbol=kh_*).
  * Never: crosses with a module built from other sources: the ABI number, the version and the
  *        sizes of the structs both sides touch must match, or the loader refuses the module. */
@@ -19,7 +19,7 @@
 #include "kh_tls.h"
 #include "kh_tls_client.h"
 
-#define KH_TLS_MODULE_ABI 2
+#define KH_TLS_MODULE_ABI 3
 #define KH_TLS_MODULE_ENTRY "kh_tls_module_get"
 #define KH_TLS_MODULE_FILE "khamsin-tls.so"
 
@@ -38,7 +38,11 @@ typedef struct kh_tls_module_vt {
     kh_buf *(*write)(kh_tls *s, kh_buf *plain);
     int (*close_notify)(kh_tls *s);
     int (*established)(const kh_tls *s);
-    /* the client side, for outbound connections (kh_tls_client.h; added in ABI 2) */
+    /* abi 2: the certificate hand-off to the QUIC module */
+    int (*ctx_export_pem)(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
+                          size_t *key_len);
+    void (*pem_free)(char *p, size_t len);
+    /* the client side, for outbound connections (kh_tls_client.h; added in ABI 3) */
     kh_tls_client *(*client_new)(const kh_tls_client_opts *o, char *err, size_t errlen);
     void (*client_free)(kh_tls_client *c);
     void (*client_feed)(kh_tls_client *c, const char *p, size_t n);

@@ -1,6 +1,8 @@
 /* kh_worker.c: a worker, on its own thread or on main's (see kh_worker.h).
  * Owns:  the loop and everything on it; the order of a loop turn: I/O callbacks, then one
- *        flush pass over dirty connections (uv_prepare, redis's beforeSleep), then poll.
+ *        flush pass over dirty connections (uv_prepare, redis's beforeSleep), then poll; the
+ *        connection registry (kh_wconn: TCP and QUIC alike) and the timers: fixed-duration
+ *        queues on one coarse tick, variable deadlines on a heap with its own uv_timer_t.
  * In:    listening fds, config, stop requests.
  * Out:   connections handed to kh_conn; app init through kh_app_vt; for the supervisor's
  *        watchdog, a heartbeat stamp and the app's slice bracket (kh_worker_watch), read
@@ -19,6 +21,7 @@
 
 #include "kh_conn.h"
 #include "kh_err.h"
+#include "kh_h3_module.h"
 #include "kh_log.h"
 #include "kh_out.h"
 #include "kh_reqid.h"
@@ -33,29 +36,107 @@ static void on_timeout_linger(kh_timer *t) { kh__conn_on_timer(t, KH_TO_LINGER);
 static void on_timeout_tls(kh_timer *t) { kh__conn_on_timer(t, KH_TO_TLS_HANDSHAKE); }
 static void on_timeout_write_check(kh_timer *t) { kh__conn_on_timer(t, KH_TO_WRITE_CHECK); }
 
+void kh_worker_flush_later(kh_worker *w, kh_wconn *wc)
+{
+    if (wc->in_flush)
+        return;
+    wc->in_flush = 1;
+    wc->flush_next = NULL;
+    *w->flush_tail = wc;
+    w->flush_tail = &wc->flush_next;
+}
+
+static void unschedule(kh_worker *w, kh_wconn *wc)
+{
+    if (!wc->in_flush)
+        return;
+    kh_wconn **pp = &w->flush_head;
+    while (*pp && *pp != wc)
+        pp = &(*pp)->flush_next;
+    if (*pp == NULL)
+        return;
+    *pp = wc->flush_next;
+    if (w->flush_tail == &wc->flush_next)
+        w->flush_tail = pp;
+    wc->in_flush = 0;
+}
+
 void kh_worker_schedule_flush(kh_worker *w, kh_conn *c)
 {
-    if (c->flags & KH_CONN_F_IN_FLUSH)
-        return;
-    c->flags |= KH_CONN_F_IN_FLUSH;
-    c->flush_next = NULL;
-    *w->flush_tail = c;
-    w->flush_tail = &c->flush_next;
+    kh_worker_flush_later(w, &c->wc);
 }
 
 void kh_worker_unschedule_flush(kh_worker *w, kh_conn *c)
 {
-    if (!(c->flags & KH_CONN_F_IN_FLUSH))
+    unschedule(w, &c->wc);
+}
+
+void kh_worker_conn_add(kh_worker *w, kh_wconn *wc, const kh_wconn_vt *vt)
+{
+    wc->vt = vt;
+    wc->next = &w->conns;
+    wc->prev = w->conns.prev;
+    w->conns.prev->next = wc;
+    w->conns.prev = wc;
+    w->num_conns++;
+}
+
+void kh_worker_conn_remove(kh_worker *w, kh_wconn *wc)
+{
+    /* a close callback runs after this turn's flush pass, but the conn may have been queued
+     * again since */
+    unschedule(w, wc);
+    if (wc->next) { /* (unit tests make connections outside the registry) */
+        wc->prev->next = wc->next;
+        wc->next->prev = wc->prev;
+        wc->prev = wc->next = NULL;
+    }
+    w->num_conns--;
+    kh_accept_on_conn_closed(w); /* a pause for want of fds or at the limit ends now */
+    if (w->stopping && w->num_conns == 0)
+        uv_async_send(&w->wakeup); /* let the worker finish its stop now */
+}
+
+int kh_worker_conn_room(const kh_worker *w)
+{
+    return !w->stopping && w->num_conns < w->limits->connections;
+}
+
+static void dtick_cb(uv_timer_t *t);
+
+/* Arms dtick for the earliest variable deadline, when that changed. */
+static void dtick_arm(kh_worker *w)
+{
+    uint64_t next = kh_dtimeq_next(&w->dtimeq);
+    if (next == w->dtick_at)
         return;
-    kh_conn **pp = &w->flush_head;
-    while (*pp && *pp != c)
-        pp = &(*pp)->flush_next;
-    if (*pp == NULL)
+    w->dtick_at = next;
+    if (next == UINT64_MAX) {
+        uv_timer_stop(&w->dtick);
         return;
-    *pp = c->flush_next;
-    if (w->flush_tail == &c->flush_next)
-        w->flush_tail = pp;
-    c->flags &= ~KH_CONN_F_IN_FLUSH;
+    }
+    uint64_t now = uv_now(&w->loop);
+    uv_timer_start(&w->dtick, dtick_cb, next > now ? next - now : 0, 0);
+}
+
+static void dtick_cb(uv_timer_t *t)
+{
+    kh_worker *w = t->data;
+    w->dtick_at = UINT64_MAX;
+    kh_dtimeq_expire(&w->dtimeq, uv_now(&w->loop));
+    dtick_arm(w);
+}
+
+void kh_worker_dtimer_set(kh_worker *w, kh_dtimer *t, uint64_t deadline_ms)
+{
+    kh_dtimer_set(&w->dtimeq, t, deadline_ms);
+    dtick_arm(w);
+}
+
+void kh_worker_dtimer_cancel(kh_worker *w, kh_dtimer *t)
+{
+    kh_dtimer_cancel(&w->dtimeq, t);
+    dtick_arm(w);
 }
 
 static void write_access_log(kh_worker *w)
@@ -79,12 +160,12 @@ static void flush_cb(uv_prepare_t *p)
     if (w->retired_idle)
         close_retired(w);
     while (w->flush_head) {
-        kh_conn *c = w->flush_head;
-        w->flush_head = c->flush_next;
+        kh_wconn *wc = w->flush_head;
+        w->flush_head = wc->flush_next;
         if (w->flush_head == NULL)
             w->flush_tail = &w->flush_head;
-        c->flags &= ~KH_CONN_F_IN_FLUSH;
-        kh__conn_flush(c);
+        wc->in_flush = 0;
+        wc->vt->flush(wc);
     }
     write_access_log(w);
 }
@@ -449,34 +530,31 @@ void kh_worker_access_log(kh_worker *w, const kh_stream *s)
     kh_buf_append(b, NULL, "\"\n", 2);
 }
 
-static void close_walk_cb(uv_handle_t *h, void *arg)
+/* The stop walks go over the registry, so a QUIC connection takes part like a TCP one. Each
+ * call may free its own entry (never another), hence `next` is read first. */
+static void close_all(kh_worker *w)
 {
-    if (uv_is_closing(h))
-        return;
-    if (h->type == UV_TCP && h->data != arg) {
-        kh_conn *c = h->data;
-        if (c)
-            kh_conn_close(c);
+    for (kh_wconn *wc = w->conns.next, *next; wc != &w->conns; wc = next) {
+        next = wc->next;
+        wc->vt->close(wc);
     }
 }
 
-static void shutdown_walk_cb(uv_handle_t *h, void *arg)
+static void shutdown_all(kh_worker *w)
 {
-    if (uv_is_closing(h) || h->type != UV_TCP || h->data == arg)
-        return;
-    kh_conn *c = h->data;
-    if (c && c->proto && c->proto->on_shutdown)
-        c->proto->on_shutdown(c);
-    else if (c && c->proto == NULL)
-        kh_conn_close(c); /* still in its TLS handshake: no request to finish */
+    for (kh_wconn *wc = w->conns.next, *next; wc != &w->conns; wc = next) {
+        next = wc->next;
+        wc->vt->shutdown(wc);
+    }
 }
 
 static void finish_stop(kh_worker *w)
 {
     /* Everything left on the loop is ours: close it and let uv_run return. */
-    uv_walk(&w->loop, close_walk_cb, w);
+    close_all(w);
     kh_accept_close(w);
     kh_out_reg_close(w); /* idle pooled outbound connections; busy ones close with their owner */
+    kh_h3_worker_close(w); /* its connections were closed just above */
     if (!uv_is_closing((uv_handle_t *)&w->flush_prepare)) {
         /* one last flush for anything queued */
         flush_cb(&w->flush_prepare);
@@ -485,6 +563,7 @@ static void finish_stop(kh_worker *w)
         uv_close((uv_handle_t *)&w->grace, NULL);
         uv_close((uv_handle_t *)&w->wakeup, NULL);
         uv_close((uv_handle_t *)&w->heartbeat, NULL);
+        uv_close((uv_handle_t *)&w->dtick, NULL);
     }
 }
 
@@ -507,7 +586,7 @@ static void wakeup_cb(uv_async_t *a)
     if (!w->stopping) {
         w->stopping = 1;
         kh_accept_close(w);
-        uv_walk(&w->loop, shutdown_walk_cb, w);
+        shutdown_all(w);
         uv_timer_start(&w->grace, grace_cb, w->cfg->grace_ms, 0);
     }
     if (w->num_conns == 0)
@@ -544,7 +623,8 @@ static int worker_load(kh_worker *w)
     w->router = w->inst->router;
     dev_files_update(w);
 
-    if (kh_accept_open(w, w->load_err, sizeof w->load_err) == 0) {
+    if (kh_accept_open(w, w->load_err, sizeof w->load_err) == 0 &&
+        kh_h3_worker_open(w, w->load_err, sizeof w->load_err) == 0) {
         report_ready(w, 1);
     } else {
         report_ready(w, -1);
@@ -582,7 +662,7 @@ static void worker_loop(kh_worker *w, int loaded)
     w->app = NULL;
     /* close whatever the app left (its timers) and drain */
     kh_out_reg_close(w);
-    uv_walk(&w->loop, close_walk_cb, w);
+    close_all(w);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     kh_out_reg_free(w);
 }
@@ -625,6 +705,10 @@ static int worker_prepare(kh_worker *w, int id, const kh_config *cfg)
     uv_timer_start(&w->heartbeat, heartbeat_cb, w->heartbeat_ms, w->heartbeat_ms);
     uv_unref((uv_handle_t *)&w->heartbeat);
     w->flush_tail = &w->flush_head;
+    w->conns.prev = w->conns.next = &w->conns;
+    uv_timer_init(&w->loop, &w->dtick);
+    w->dtick.data = w;
+    w->dtick_at = UINT64_MAX;
     uv_prepare_init(&w->loop, &w->flush_prepare);
     w->flush_prepare.data = w;
     uv_prepare_start(&w->flush_prepare, flush_cb);
@@ -746,6 +830,7 @@ void kh_worker_join(kh_worker *w)
         KH_LOG_DEBUG("w%d: loop close: %s", w->id, uv_strerror(r));
     free_streams(w);
     kh_accept_free(w);
+    kh_dtimeq_free(&w->dtimeq);
     free(w->read_slab);
     kh_buf_release(&w->access_log, NULL);
     kh_bufcache_destroy(&w->bufs);

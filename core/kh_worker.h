@@ -3,8 +3,10 @@
  * kh_worker_run_here: main runs worker 0 itself, which saves a thread start at start-up).
  * Owns:  everything it touches (style.md §2): loop, its app instances (kh_app.h: the current one,
  *        and the retired ones still in use after a reload), buffer cache, stream pool, timeout
- *        queues, the flush list, the access-log buffer, its outbound connections' registry
- *        (kh_out.h: keep-alive pool, DNS cache; closed when it stops).
+ *        queues and the variable-deadline heap, the connection registry (kh_wconn: TCP and QUIC
+ *        connections alike) and its flush list, the access-log buffer, and with --http3 the
+ *        HTTP/3 module's endpoint (w->quic, opened and closed through kh_h3_load.c), its outbound
+ *        connections' registry (kh_out.h: keep-alive pool, DNS cache; closed when it stops).
  * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
  *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt) and
  *        reload requests (kh_worker_reload_all: a worker-level mailbox message).
@@ -33,12 +35,32 @@ typedef struct kh_threadpool kh_threadpool;
 typedef struct kh_shdict_reg kh_shdict_reg;
 typedef struct kh_worker kh_worker;
 
+/* The worker's connection registry: every connection, whatever its transport (a kh_conn on
+ * TCP, a QUIC connection of the HTTP/3 module), embeds a kh_wconn. The registry counts them
+ * for the `connections` limit, the flush pass (once per loop turn, before poll) calls flush on
+ * the dirty ones, and the stop walks call shutdown (graceful stop begins) and close (the grace
+ * period is over). A connection leaves with kh_worker_conn_remove once it is freed. */
+typedef struct kh_wconn kh_wconn;
+typedef struct kh_wconn_vt {
+    void (*flush)(kh_wconn *wc);
+    void (*shutdown)(kh_wconn *wc); /* finish what is in flight, then close */
+    void (*close)(kh_wconn *wc);    /* close now; idempotent */
+} kh_wconn_vt;
+struct kh_wconn {
+    const kh_wconn_vt *vt;
+    kh_wconn *prev, *next; /* the registry */
+    kh_wconn *flush_next;  /* the flush list, when in_flush */
+    uint32_t in_flush;
+};
+
 typedef struct kh_listen_addr {
     char host[64];
     int port;          /* after binding: the real port (0 resolved) */
     int family;        /* AF_INET | AF_INET6 */
     int tls;           /* connections on it speak TLS (kh_config.tls) */
     int *fds;          /* one SO_REUSEPORT socket per worker */
+    int *udp_fds;      /* --http3 on a TLS listener: one UDP socket per worker, same port */
+    char alt_svc[64];  /* then the Alt-Svc its TCP responses carry (kh_proto_alt_svc), else "" */
 } kh_listen_addr;
 
 /* Read-only after start-up; shared by all workers. */
@@ -61,6 +83,7 @@ typedef struct kh_config {
     /* bumped (by main) before every reload request: pool threads drop what they loaded from
      * the app's files (their cached "module.function" lookups) when it moved */
     _Atomic uint32_t *code_epoch;
+    struct kh_h3_ctx *h3;   /* --http3: the HTTP/3 module's context (kh_h3_module.h), or NULL */
 } kh_config;
 
 enum kh_timeout_kind {
@@ -108,13 +131,13 @@ struct kh_worker {
     char *dev_files;        /* under mu: the current instance's loaded files (--dev watch) */
 
     kh_timeq timeq[KH_TO__COUNT];
-    kh_conn *flush_head;  /* FIFO: the connection that finished first is written first */
-    kh_conn **flush_tail;
+    kh_wconn *flush_head;  /* FIFO: the connection that finished first is written first */
+    kh_wconn **flush_tail;
     kh_bufcache bufs;
     char *read_slab;
     kh_stream *stream_pool;
     uint32_t next_conn_id, next_stream_id;
-    uint64_t num_conns;
+    uint64_t num_conns;     /* connections in the registry (conns) */
 
     kh_buf access_log;
     struct kh_out_reg *out_reg; /* outbound sockets: pool, counts, DNS cache (kh_out.c), or NULL */
@@ -132,6 +155,12 @@ struct kh_worker {
     int threaded; /* it runs on `thread`, which kh_worker_join joins */
     int loaded;   /* kh_worker_load_here: the app loaded (the loop serves, then closes it) */
     int app_closing; /* under mu: the app state is being closed (no more kh_worker_interrupt) */
+
+    kh_wconn conns;      /* the registry's sentinel (a circular list) */
+    kh_dtimeq dtimeq;    /* variable deadlines (kh_worker_dtimer_set), driven by dtick */
+    uv_timer_t dtick;
+    uint64_t dtick_at;   /* the deadline dtick is armed for; UINT64_MAX: not armed */
+    void *quic;          /* the HTTP/3 module's per-worker state (its endpoint), or NULL */
 };
 
 /* Starts the thread; the worker loads the app, then reports through kh_worker_wait_ready. */
@@ -233,5 +262,18 @@ void kh_worker_access_log(kh_worker *w, const kh_stream *s);
 void kh_worker_schedule_flush(kh_worker *w, kh_conn *c);
 /* Takes c off the flush list (it is being freed). */
 void kh_worker_unschedule_flush(kh_worker *w, kh_conn *c);
+
+/* The connection registry (kh_wconn above). add counts wc in num_conns; remove (when wc is
+ * freed) takes it off the flush list too, lets a paused accept path resume, and lets a stopping
+ * worker finish once the last connection is gone. */
+void kh_worker_conn_add(kh_worker *w, kh_wconn *wc, const kh_wconn_vt *vt);
+void kh_worker_conn_remove(kh_worker *w, kh_wconn *wc);
+void kh_worker_flush_later(kh_worker *w, kh_wconn *wc);
+/* 1 while a new connection fits under the `connections` limit and the worker is not stopping. */
+int kh_worker_conn_room(const kh_worker *w);
+/* Variable-deadline timers (kh_dtimer, kh_timer.h): t->cb runs once loop time passes deadline
+ * (ms, uv_now's clock), to the millisecond (not the tick of the fixed queues). */
+void kh_worker_dtimer_set(kh_worker *w, kh_dtimer *t, uint64_t deadline_ms);
+void kh_worker_dtimer_cancel(kh_worker *w, kh_dtimer *t);
 
 #endif

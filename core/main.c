@@ -1,4 +1,4 @@
-/* main.c: the khamsin command: CLI, listening sockets, workers, signals.
+/* main.c: the khamsin command: CLI, listening sockets (made by kh_listen.c), workers, signals.
  * Owns:  the only process-wide state (config, workers array), all of it read-only for workers.
  * In:    argv, signals.
  * Out:   started workers; exit status 0 after a graceful stop, 1 when start-up fails, 2 on a
@@ -23,8 +23,11 @@
 #include <uv.h>
 
 #include "kh_app.h"
+#include "kh_h3_module.h"
 #include "kh_limits.h"
+#include "kh_listen.h"
 #include "kh_log.h"
+#include "kh_proto.h"
 #include "kh_shdict.h"
 #include "kh_threadpool.h"
 #include "kh_tls.h"
@@ -469,6 +472,8 @@ static void usage(FILE *out)
             "                         base64 SHA-256 of its public key (Chromium's\n"
             "                         --ignore-certificate-errors-spki-list takes it)\n"
             "  --tls12                also accept TLS 1.2 (default: TLS 1.3 only)\n"
+            "  --http3                also serve HTTP/3 (QUIC) on each TLS listener's port (UDP),\n"
+            "                         advertised to TCP clients with Alt-Svc (module khamsin-h3.so)\n"
             "  --workers N            worker threads, each with its own loop and Lua state\n"
             "                         (default: number of cores; --dev: 1)\n"
             "  --dev                  development mode: error pages with the traceback and source,\n"
@@ -539,62 +544,6 @@ static int parse_listen(const char *arg, kh_listen_addr *la)
     return 0;
 }
 
-/* One SO_REUSEPORT socket per worker, all on the same port: the kernel spreads connections and
- * no accept lock is shared (libuv 1.44 has no UV_TCP_REUSEPORT, so the sockets are ours). They
- * listen from here on; each worker (kh_accept.c) later only starts accepting. */
-static int bind_listen(kh_listen_addr *la, int n)
-{
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    socklen_t sl;
-    la->fds = calloc((size_t)n, sizeof(int));
-    for (int i = 0; i < n; i++)
-        la->fds[i] = -1;
-    for (int i = 0; i < n; i++) {
-        int r;
-        if (la->family == AF_INET6) {
-            r = uv_ip6_addr(la->host, la->port, (struct sockaddr_in6 *)&ss);
-            sl = sizeof(struct sockaddr_in6);
-        } else {
-            r = uv_ip4_addr(la->host, la->port, (struct sockaddr_in *)&ss);
-            sl = sizeof(struct sockaddr_in);
-        }
-        if (r != 0) {
-            fprintf(stderr, "khamsin: --listen %s: not an IP address\n", la->host);
-            return -1;
-        }
-        int fd = socket(la->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        int one = 1;
-        if (fd < 0)
-            goto fail;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
-            goto fail;
-        if (la->family == AF_INET6)
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-        la->fds[i] = fd;
-        if (bind(fd, (struct sockaddr *)&ss, sl) != 0)
-            goto fail;
-        /* Listen now, not when the worker starts accepting: while the workers load the app, the
-         * kernel completes handshakes and queues connections, so a client that connects early is
-         * answered as soon as its worker is up instead of being refused and retrying. */
-        if (listen(fd, 4096) != 0)
-            goto fail;
-        if (la->port == 0) {
-            struct sockaddr_storage got;
-            socklen_t gl = sizeof got;
-            getsockname(fd, (struct sockaddr *)&got, &gl);
-            la->port = ntohs(la->family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
-                                                    : ((struct sockaddr_in *)&got)->sin_port);
-        }
-        continue;
-    fail:
-        fprintf(stderr, "khamsin: listen on %s:%d: %s\n", la->host, la->port, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -611,6 +560,7 @@ int main(int argc, char **argv)
     const char *tls_certs[16], *tls_keys[16];
     int ncert = 0, nkey = 0;
     kh_tls_opts tls_opts = {0};
+    int http3 = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -652,6 +602,8 @@ int main(int argc, char **argv)
             tls_opts.self_signed = 1;
         } else if (strcmp(a, "--tls12") == 0) {
             tls_opts.tls12 = 1;
+        } else if (strcmp(a, "--http3") == 0) {
+            http3 = 1;
         } else if (strcmp(a, "--workers") == 0) {
             NEED_VALUE();
             char *end;
@@ -777,6 +729,18 @@ int main(int argc, char **argv)
         if (tls_opts.self_signed)
             KH_LOG_INFO("tls: self-signed certificate for localhost, 127.0.0.1, ::1; "
                         "SPKI sha256 %s", kh_tls_ctx_spki_sha256(cfg.tls));
+        if (http3) {
+            /* the same certificate and key as TLS over TCP (kh_tls_ctx_export_pem) */
+            cfg.h3 = kh_h3_setup(cfg.tls, err, sizeof err);
+            if (cfg.h3 == NULL) {
+                fprintf(stderr, "khamsin: %s\n", err);
+                return 1;
+            }
+        }
+    } else if (http3) {
+        fprintf(stderr, "khamsin: --http3 needs a TLS listener (--tls-cert and --tls-key, or "
+                        "--tls-self-signed)\n");
+        return 2;
     }
     if (access_log) {
         if (strcmp(access_log, "-") == 0) {
@@ -790,12 +754,16 @@ int main(int argc, char **argv)
         }
     }
     for (int i = 0; i < nlisten; i++) {
-        if (bind_listen(&listens[i], cfg.workers) != 0) {
+        if (kh_listen_tcp(&listens[i], cfg.workers) != 0 ||
+            (cfg.h3 && listens[i].tls && kh_listen_udp(&listens[i], cfg.workers) != 0)) {
             for (int j = 0; j <= i; j++)
-                free(listens[j].fds);
+                kh_listen_close(&listens[j], cfg.workers);
             return 1;
         }
     }
+    for (int i = 0; i < nlisten; i++)
+        if (listens[i].udp_fds) /* after kh_h3_setup registered h3 with kh_proto */
+            kh_proto_alt_svc(listens[i].port, listens[i].alt_svc, sizeof listens[i].alt_svc);
     cfg.listens = listens;
     cfg.num_listens = nlisten;
 
@@ -860,21 +828,24 @@ int main(int argc, char **argv)
         kh_shdict_reg_free(cfg.shdicts);
         free(workers);
         free(watches);
-        for (int i = 0; i < nlisten; i++) {
-            for (int j = 0; j < cfg.workers; j++)
-                if (listens[i].fds[j] >= 0)
-                    close(listens[i].fds[j]);
-            free(listens[i].fds);
-        }
+        for (int i = 0; i < nlisten; i++)
+            kh_listen_close(&listens[i], cfg.workers);
+        kh_h3_teardown(cfg.h3);
         kh_tls_ctx_free(cfg.tls);
         return 1;
     }
     for (int i = 0; i < nlisten; i++) {
         const char *kind = listens[i].tls ? "tls" : "tcp";
-        if (listens[i].family == AF_INET6)
-            KH_LOG_INFO("listening on [%s]:%d (%s)", listens[i].host, listens[i].port, kind);
-        else
-            KH_LOG_INFO("listening on %s:%d (%s)", listens[i].host, listens[i].port, kind);
+        for (int quic = 0; quic < 2; quic++) {
+            if (quic && listens[i].udp_fds == NULL)
+                break;
+            if (listens[i].family == AF_INET6)
+                KH_LOG_INFO("listening on [%s]:%d (%s)", listens[i].host, listens[i].port,
+                            quic ? "quic" : kind);
+            else
+                KH_LOG_INFO("listening on %s:%d (%s)", listens[i].host, listens[i].port,
+                            quic ? "quic" : kind);
+        }
     }
     KH_LOG_INFO("khamsin %s: %d worker%s serving %s%s", KH_VERSION, cfg.workers,
                 cfg.workers == 1 ? "" : "s", cfg.script, cfg.dev ? " (dev)" : "");
@@ -929,9 +900,12 @@ int main(int argc, char **argv)
     uv_close((uv_handle_t *)&dev_refresh, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
-    for (int i = 0; i < nlisten; i++)
+    for (int i = 0; i < nlisten; i++) {
         free(listens[i].fds);
+        free(listens[i].udp_fds);
+    }
     free(workers);
+    kh_h3_teardown(cfg.h3);
     kh_tls_ctx_free(cfg.tls);
     KH_LOG_INFO("stopped");
     return 0;

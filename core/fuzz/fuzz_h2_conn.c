@@ -119,9 +119,9 @@ static void flush(kh_conn *c)
 {
     for (int round = 0; round < 64 && W.flush_head; round++) {
         while (W.flush_head) {
-            kh_conn *f = W.flush_head;
+            kh_wconn *f = W.flush_head;
             W.flush_head = f->flush_next;
-            f->flags &= ~KH_CONN_F_IN_FLUSH;
+            f->in_flush = 0;
         }
         W.flush_tail = &W.flush_head;
         if (c->flags & KH_CONN_F_CLOSING)

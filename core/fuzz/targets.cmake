@@ -15,3 +15,7 @@ kh_add_fuzz_target(cond SOURCES kh_cond.c)
 kh_add_fuzz_target(compress SOURCES kh_compress.c kh_limits.c LIBS ${KH_COMPRESS_LIBS})
 # the multipart/form-data parser alone: any chunking gives the same events (kh_multipart.h)
 kh_add_fuzz_target(multipart SOURCES kh_multipart.c)
+# the HTTP/3 stream side (kh_h3.c, nghttp3) without QUIC: kh_quic.h is stubbed in the target
+if(TARGET PkgConfig::QUIC)
+  kh_add_fuzz_target(h3_stream SOURCES ${KH_CORE_NAMES} kh_h3.c LIBS ${KH_CORE_LIBS} PkgConfig::QUIC)
+endif()

@@ -235,9 +235,9 @@ static void pump(void)
             offer = used ? chunk : offer + chunk;
         }
         while (W.flush_head) {
-            kh_conn *f = W.flush_head;
+            kh_wconn *f = W.flush_head;
             W.flush_head = f->flush_next;
-            f->flags &= ~KH_CONN_F_IN_FLUSH;
+            f->in_flush = 0;
         }
         W.flush_tail = &W.flush_head;
         if (!(C->flags & KH_CONN_F_CLOSING) && C->proto->on_flush)

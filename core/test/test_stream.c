@@ -48,7 +48,7 @@ static void rec_reset(kh_stream *s, int err)
     (void)s, (void)err;
 }
 
-static const kh_sink_vt rec_sink = {"rec", rec_head, rec_data, rec_want_body, rec_reset};
+static const kh_sink_vt rec_sink = {"rec", rec_head, rec_data, rec_want_body, rec_reset, NULL};
 
 static kh_worker W;
 static kh_config cfg;

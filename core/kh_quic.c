@@ -1,0 +1,898 @@
+/* kh_quic.c: QUIC on ngtcp2 0.12 inside khamsin-h3.so: each worker's UDP sockets, its CID
+ * table and its QUIC connections (with kh_quic_crypto.c, the only files that know the 0.12
+ * API; kh_h3.c speaks to this file through kh_quic.h).
+ * Owns:  per worker an endpoint (w->quic): one uv_udp_t per TLS listener on the fd main bound
+ *        (cfg->listens[i].udp_fds[w->id]), a 640 KiB receive buffer (recvmmsg batches of 10;
+ *        the answers leave at the flush pass after the whole batch), the CID table; per
+ *        connection the ngtcp2_conn, its TLS session, its kh_h3, a kh_dtimer and its CIDs.
+ * In:    datagrams; the worker's flush pass (kh_wconn.flush), its variable-deadline timer
+ *        (ngtcp2_conn_get_expiry and kh_h3's application timeouts), its stop walks.
+ * Out:   datagrams (one sendmsg each: no GSO yet); stream data to kh_h3; CONNECTION_CLOSE.
+ * Retry: above h3_retry_above connections on the worker, a new client gets a Retry first (its
+ *        token sealed with the secret the workers share, so any worker can check it).
+ * Never: frees a connection inside an ngtcp2 or nghttp3 callback (closing is flagged and done
+ *        when the call returns); accepts a connection over the `connections` limit or while the
+ *        worker stops (its Initial is dropped: the client retries or falls back to TCP); parses
+ *        HTTP/3.
+ * CIDs: every CID we issue is SCID_LEN bytes, the first the worker's id, by which the reuseport
+ *        program of kh_listen.c routes packets to their worker. Stateless reset tokens come from
+ *        a secret all workers share (ctx); a short-header packet for an unknown CID of this
+ *        worker gets a stateless reset, one for another worker's CID nothing. */
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "kh_conn.h"
+#include "kh_h3_module.h"
+#include "kh_log.h"
+#include "kh_quic.h"
+#include "kh_quic_crypto.h"
+#include "kh_worker.h"
+
+#define SCID_LEN 18
+#define MAX_UDP 1452 /* a payload that fits a 1500-byte MTU with IPv6 */
+#define H3_NO_ERROR 0x100
+/* The receive buffer: libuv 1.44 reads a batch with recvmmsg(2) only when the buffer holds at
+ * least two 64 KiB datagrams (batch = size / 64 KiB, at most 20): 10 per syscall here. */
+#define RBUF_SIZE (10 * 65536)
+
+struct kh_h3_ctx {
+    kh_quic_creds *creds;
+    uint8_t secret[32]; /* stateless reset tokens (RFC 9000 §10.3.2), shared by the workers */
+};
+
+typedef struct cid_entry cid_entry;
+struct cid_entry {
+    ngtcp2_cid cid;
+    kh_quic_conn *q;
+    cid_entry *next;      /* bucket chain */
+    cid_entry *conn_next; /* the connection's list */
+};
+
+typedef struct quic_sock {
+    uv_udp_t udp;
+    struct quic_ep *ep;
+    struct sockaddr_storage local;
+    socklen_t locallen;
+    int fd;
+} quic_sock;
+
+typedef struct quic_ep {
+    kh_worker *w;
+    kh_h3_ctx *ctx;
+    quic_sock *socks;
+    int nsocks;
+    int open_socks;
+    char *rbuf;
+    cid_entry **buckets;
+    size_t nbuckets, ncids;
+} quic_ep;
+
+enum { Q_CLOSING = 1, Q_DEAD = 2, Q_SHUTDOWN = 4, Q_IN_CALL = 8 };
+
+struct kh_quic_conn {
+    kh_wconn wc;
+    quic_ep *ep;
+    quic_sock *sock;
+    ngtcp2_conn *qc;
+    void *tls;
+    ngtcp2_crypto_conn_ref ref;
+    kh_h3 *h3;
+    kh_dtimer timer;
+    cid_entry *cids;
+    struct sockaddr_storage remote;
+    socklen_t remotelen;
+    kh_addr peer;
+    uint32_t id;
+    int flags;
+    uint64_t app_error; /* kh_quic_app_error's code while Q_CLOSING */
+    int app_error_set;
+};
+
+static uint64_t now_ts(void)
+{
+    return uv_hrtime(); /* CLOCK_MONOTONIC in ns, as ngtcp2 wants */
+}
+
+/* ---- the CID table ---- */
+
+static size_t cid_hash(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return (size_t)h;
+}
+
+static kh_quic_conn *cid_find(quic_ep *ep, const uint8_t *p, size_t n)
+{
+    if (ep->nbuckets == 0)
+        return NULL;
+    for (cid_entry *e = ep->buckets[cid_hash(p, n) & (ep->nbuckets - 1)]; e; e = e->next)
+        if (e->cid.datalen == n && memcmp(e->cid.data, p, n) == 0)
+            return e->q;
+    return NULL;
+}
+
+static void cid_rehash(quic_ep *ep, size_t nb)
+{
+    cid_entry **b = kh_xcalloc(nb, sizeof *b);
+    for (size_t i = 0; i < ep->nbuckets; i++) {
+        for (cid_entry *e = ep->buckets[i], *next; e; e = next) {
+            next = e->next;
+            size_t k = cid_hash(e->cid.data, e->cid.datalen) & (nb - 1);
+            e->next = b[k];
+            b[k] = e;
+        }
+    }
+    free(ep->buckets);
+    ep->buckets = b;
+    ep->nbuckets = nb;
+}
+
+static void cid_add(kh_quic_conn *q, const ngtcp2_cid *cid)
+{
+    quic_ep *ep = q->ep;
+    if (cid_find(ep, cid->data, cid->datalen))
+        return;
+    if (ep->ncids + 1 > ep->nbuckets)
+        cid_rehash(ep, ep->nbuckets ? ep->nbuckets * 2 : 64);
+    cid_entry *e = kh_xmalloc(sizeof *e);
+    e->cid = *cid;
+    e->q = q;
+    size_t k = cid_hash(cid->data, cid->datalen) & (ep->nbuckets - 1);
+    e->next = ep->buckets[k];
+    ep->buckets[k] = e;
+    e->conn_next = q->cids;
+    q->cids = e;
+    ep->ncids++;
+}
+
+static void cid_unlink(quic_ep *ep, cid_entry *e)
+{
+    cid_entry **pp = &ep->buckets[cid_hash(e->cid.data, e->cid.datalen) & (ep->nbuckets - 1)];
+    while (*pp && *pp != e)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = e->next;
+    ep->ncids--;
+}
+
+static void cid_remove(kh_quic_conn *q, const ngtcp2_cid *cid)
+{
+    for (cid_entry **pp = &q->cids; *pp; pp = &(*pp)->conn_next) {
+        cid_entry *e = *pp;
+        if (e->cid.datalen == cid->datalen && memcmp(e->cid.data, cid->data, cid->datalen) == 0) {
+            *pp = e->conn_next;
+            cid_unlink(q->ep, e);
+            free(e);
+            return;
+        }
+    }
+}
+
+/* ---- connection lifecycle ---- */
+
+static void conn_free(kh_quic_conn *q)
+{
+    if (q->flags & Q_DEAD)
+        return;
+    q->flags |= Q_DEAD;
+    kh_worker *w = q->ep->w;
+    kh_worker_dtimer_cancel(w, &q->timer);
+    kh_h3_free(q->h3); /* resets what the app still holds */
+    q->h3 = NULL;
+    while (q->cids) {
+        cid_entry *e = q->cids;
+        q->cids = e->conn_next;
+        cid_unlink(q->ep, e);
+        free(e);
+    }
+    if (q->qc)
+        ngtcp2_conn_del(q->qc);
+    kh_quic_session_free(q->tls);
+    kh_worker_conn_remove(w, &q->wc);
+    free(q);
+}
+
+static void send_to(quic_sock *s, const struct sockaddr *to, const uint8_t *p, size_t n)
+{
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+    int r = uv_udp_try_send(&s->udp, &b, 1, to);
+    if (r < 0 && r != UV_EAGAIN)
+        KH_LOG_DEBUG("quic: send: %s", uv_strerror(r));
+}
+
+/* CONNECTION_CLOSE (once, best effort), then free. */
+static void close_now(kh_quic_conn *q, ngtcp2_connection_close_error *ccerr)
+{
+    if (q->qc && !ngtcp2_conn_is_in_closing_period(q->qc) &&
+        !ngtcp2_conn_is_in_draining_period(q->qc)) {
+        uint8_t out[MAX_UDP];
+        ngtcp2_path_storage ps;
+        ngtcp2_path_storage_zero(&ps);
+        ngtcp2_pkt_info pi;
+        ngtcp2_ssize n = ngtcp2_conn_write_connection_close(q->qc, &ps.path, &pi, out, sizeof out,
+                                                            ccerr, now_ts());
+        if (n > 0)
+            send_to(q->sock, (struct sockaddr *)&q->remote, out, (size_t)n);
+    }
+    conn_free(q);
+}
+
+static void close_app(kh_quic_conn *q, uint64_t code)
+{
+    ngtcp2_connection_close_error ccerr;
+    ngtcp2_connection_close_error_default(&ccerr);
+    ngtcp2_connection_close_error_set_application_error(&ccerr, code, NULL, 0);
+    close_now(q, &ccerr);
+}
+
+/* After an ngtcp2 call returned rv: close as RFC 9000 asks. Returns 1 when q is gone. */
+static int handle_error(kh_quic_conn *q, int rv)
+{
+    if (rv == 0)
+        return 0;
+    if (rv == NGTCP2_ERR_IDLE_CLOSE)
+        KH_LOG_DEBUG("q%u quic: idle timeout: closed", q->id);
+    else if (rv == NGTCP2_ERR_DRAINING)
+        KH_LOG_DEBUG("q%u quic: closed by the peer", q->id);
+    if (rv == NGTCP2_ERR_DRAINING || rv == NGTCP2_ERR_DROP_CONN || rv == NGTCP2_ERR_IDLE_CLOSE) {
+        conn_free(q); /* nothing to send (draining: the peer closed) */
+        return 1;
+    }
+    ngtcp2_connection_close_error ccerr;
+    ngtcp2_connection_close_error_default(&ccerr);
+    if (q->app_error_set)
+        ngtcp2_connection_close_error_set_application_error(&ccerr, q->app_error, NULL, 0);
+    else if (rv == NGTCP2_ERR_CRYPTO)
+        ngtcp2_connection_close_error_set_transport_error_tls_alert(
+            &ccerr, ngtcp2_conn_get_tls_alert(q->qc), NULL, 0);
+    else
+        ngtcp2_connection_close_error_set_transport_error_liberr(&ccerr, rv, NULL, 0);
+    KH_LOG_DEBUG("q%u quic: closing: %s", q->id, ngtcp2_strerror(rv));
+    close_now(q, &ccerr);
+    return 1;
+}
+
+static void arm_timer(kh_quic_conn *q)
+{
+    kh_worker *w = q->ep->w;
+    uint64_t exp = ngtcp2_conn_get_expiry(q->qc), now = now_ts();
+    uint64_t loop_now = uv_now(&w->loop);
+    uint64_t dl = exp == UINT64_MAX ? UINT64_MAX
+                  : exp <= now     ? loop_now
+                                   : loop_now + (exp - now + NGTCP2_MILLISECONDS - 1) / NGTCP2_MILLISECONDS;
+    uint64_t app = q->h3 ? kh_h3_deadline(q->h3) : UINT64_MAX;
+    if (app < dl)
+        dl = app;
+    if (dl == UINT64_MAX)
+        kh_worker_dtimer_cancel(w, &q->timer);
+    else
+        kh_worker_dtimer_set(w, &q->timer, dl);
+}
+
+/* Writes everything ngtcp2 and nghttp3 have to send now. Returns 1 when q is gone. */
+static int write_out(kh_quic_conn *q)
+{
+    if (q->flags & Q_CLOSING) {
+        close_app(q, q->app_error);
+        return 1;
+    }
+    uint8_t buf[MAX_UDP];
+    ngtcp2_path_storage ps;
+    ngtcp2_path_storage_zero(&ps);
+    ngtcp2_pkt_info pi;
+    uint64_t ts = now_ts();
+    for (int guard = 0; guard < 4096; guard++) {
+        int64_t sid = -1;
+        int fin = 0;
+        kh_iov vec[16];
+        ssize_t nvec = 0;
+        if (q->h3 && ngtcp2_conn_get_max_data_left(q->qc)) {
+            nvec = kh_h3_writev(q->h3, &sid, &fin, vec, 16);
+            if (nvec < 0)
+                return handle_error(q, NGTCP2_ERR_CALLBACK_FAILURE);
+        }
+        uint32_t fl = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
+        ngtcp2_ssize ndatalen = -1;
+        ngtcp2_ssize n = ngtcp2_conn_writev_stream(q->qc, &ps.path, &pi, buf, sizeof buf,
+                                                   &ndatalen, fl, sid, (const ngtcp2_vec *)vec,
+                                                   (size_t)nvec, ts);
+        if (n < 0) {
+            if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) {
+                kh_h3_blocked(q->h3, sid);
+                continue;
+            }
+            if (n == NGTCP2_ERR_STREAM_SHUT_WR) {
+                kh_h3_write_shut(q->h3, sid);
+                continue;
+            }
+            if (n == NGTCP2_ERR_WRITE_MORE) {
+                if (kh_h3_written(q->h3, sid, (size_t)ndatalen) != 0)
+                    return handle_error(q, NGTCP2_ERR_CALLBACK_FAILURE);
+                continue;
+            }
+            return handle_error(q, (int)n);
+        }
+        if (ndatalen >= 0 && q->h3 && kh_h3_written(q->h3, sid, (size_t)ndatalen) != 0)
+            return handle_error(q, NGTCP2_ERR_CALLBACK_FAILURE);
+        if (n == 0)
+            break;
+        send_to(q->sock, ps.path.remote.addr, buf, (size_t)n);
+    }
+    ngtcp2_conn_update_pkt_tx_time(q->qc, ts);
+    /* a request in flight keeps the connection from idling out: PINGs at half the timeout */
+    ngtcp2_conn_set_keep_alive_timeout(q->qc, q->h3 && kh_h3_busy(q->h3)
+                                                  ? q->ep->w->limits->keepalive_timeout_ms *
+                                                        NGTCP2_MILLISECONDS / 2
+                                                  : 0);
+    if ((q->flags & Q_SHUTDOWN) && q->h3 && kh_h3_done(q->h3)) {
+        close_app(q, H3_NO_ERROR); /* graceful stop: GOAWAY went out, the streams are done */
+        return 1;
+    }
+    arm_timer(q);
+    return 0;
+}
+
+static void on_timer(kh_dtimer *t)
+{
+    kh_quic_conn *q = KH_CONTAINER_OF(t, kh_quic_conn, timer);
+    uint64_t ts = now_ts();
+    if (ngtcp2_conn_get_expiry(q->qc) <= ts) {
+        int rv = ngtcp2_conn_handle_expiry(q->qc, ts);
+        if (handle_error(q, rv))
+            return;
+    }
+    if (q->h3 && kh_h3_on_timeout(q->h3, uv_now(&q->ep->w->loop))) {
+        close_app(q, H3_NO_ERROR); /* kept idle past keepalive_timeout_ms */
+        return;
+    }
+    write_out(q);
+}
+
+/* ---- the registry (kh_wconn) ---- */
+
+static void wc_flush(kh_wconn *wc)
+{
+    write_out(KH_CONTAINER_OF(wc, kh_quic_conn, wc));
+}
+
+static void wc_shutdown(kh_wconn *wc)
+{
+    kh_quic_conn *q = KH_CONTAINER_OF(wc, kh_quic_conn, wc);
+    q->flags |= Q_SHUTDOWN;
+    if (q->h3 == NULL) {
+        close_app(q, H3_NO_ERROR); /* still in its handshake: no request to finish */
+        return;
+    }
+    kh_h3_shutdown(q->h3);
+    write_out(q);
+}
+
+static void wc_close(kh_wconn *wc)
+{
+    close_app(KH_CONTAINER_OF(wc, kh_quic_conn, wc), H3_NO_ERROR);
+}
+
+static const kh_wconn_vt quic_wc_vt = {wc_flush, wc_shutdown, wc_close};
+
+/* ---- for kh_h3 ---- */
+
+kh_worker *kh_quic_worker(kh_quic_conn *q) { return q->ep->w; }
+uint32_t kh_quic_id(kh_quic_conn *q) { return q->id; }
+const kh_addr *kh_quic_peer(kh_quic_conn *q) { return &q->peer; }
+
+void kh_quic_consumed(kh_quic_conn *q, int64_t sid, size_t n)
+{
+    ngtcp2_conn_extend_max_stream_offset(q->qc, sid, n);
+    ngtcp2_conn_extend_max_offset(q->qc, n);
+}
+
+void kh_quic_stop_sending(kh_quic_conn *q, int64_t sid, uint64_t code)
+{
+    ngtcp2_conn_shutdown_stream_read(q->qc, sid, code);
+}
+
+void kh_quic_reset_stream(kh_quic_conn *q, int64_t sid, uint64_t code)
+{
+    ngtcp2_conn_shutdown_stream_write(q->qc, sid, code);
+    kh_quic_dirty(q);
+}
+
+int kh_quic_open_uni(kh_quic_conn *q, int64_t *sid)
+{
+    return ngtcp2_conn_open_uni_stream(q->qc, sid, NULL);
+}
+
+uint64_t kh_quic_max_bidi_streams(kh_quic_conn *q)
+{
+    return ngtcp2_conn_get_local_transport_params(q->qc)->initial_max_streams_bidi;
+}
+
+void kh_quic_dirty(kh_quic_conn *q)
+{
+    if (!(q->flags & Q_DEAD))
+        kh_worker_flush_later(q->ep->w, &q->wc);
+}
+
+void kh_quic_app_error(kh_quic_conn *q, uint64_t code)
+{
+    q->flags |= Q_CLOSING;
+    q->app_error = code;
+    q->app_error_set = 1;
+    kh_quic_dirty(q);
+}
+
+/* ---- ngtcp2 callbacks ---- */
+
+static void rand_cb(uint8_t *dest, size_t n, const ngtcp2_rand_ctx *ctx)
+{
+    (void)ctx;
+    kh_quic_rand(dest, n);
+}
+
+static void new_scid(kh_quic_conn *q, ngtcp2_cid *cid, size_t len)
+{
+    kh_quic_rand(cid->data, len);
+    cid->data[0] = (uint8_t)q->ep->w->id; /* the worker that owns it */
+    cid->datalen = len;
+}
+
+static int get_new_cid(ngtcp2_conn *qc, ngtcp2_cid *cid, uint8_t *token, size_t len, void *ud)
+{
+    kh_quic_conn *q = ud;
+    new_scid(q, cid, len);
+    if (ngtcp2_crypto_generate_stateless_reset_token(token, q->ep->ctx->secret,
+                                                     sizeof q->ep->ctx->secret, cid) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    cid_add(q, cid);
+    return 0;
+}
+
+static int remove_cid(ngtcp2_conn *qc, const ngtcp2_cid *cid, void *ud)
+{
+    cid_remove(ud, cid);
+    return 0;
+}
+
+static int recv_stream_data(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint64_t offset,
+                            const uint8_t *data, size_t len, void *ud, void *sud)
+{
+    kh_quic_conn *q = ud;
+    if (q->h3 == NULL)
+        return 0;
+    ssize_t n = kh_h3_recv(q->h3, sid, data, len, (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0);
+    if (n < 0) {
+        if (!q->app_error_set) {
+            q->app_error_set = 1;
+            q->app_error = (uint64_t)-n;
+        }
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    kh_quic_consumed(q, sid, (size_t)n);
+    return 0;
+}
+
+static int acked(ngtcp2_conn *qc, int64_t sid, uint64_t offset, uint64_t len, void *ud, void *sud)
+{
+    kh_quic_conn *q = ud;
+    if (q->h3 && kh_h3_acked(q->h3, sid, len) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int stream_close(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint64_t code, void *ud,
+                        void *sud)
+{
+    kh_quic_conn *q = ud;
+    if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET))
+        code = H3_NO_ERROR;
+    if (q->h3 && kh_h3_stream_closed(q->h3, sid, code) != 0)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    /* ngtcp2 does not raise the peer's stream limit by itself: one closed, one more allowed
+     * (so h3_max_streams bounds the streams open at once, not per connection) */
+    if (!(sid & 1)) {
+        if (sid & 2)
+            ngtcp2_conn_extend_max_streams_uni(qc, 1);
+        else
+            ngtcp2_conn_extend_max_streams_bidi(qc, 1);
+    }
+    return 0;
+}
+
+static int stream_reset(ngtcp2_conn *qc, int64_t sid, uint64_t final_size, uint64_t code, void *ud,
+                        void *sud)
+{
+    kh_quic_conn *q = ud;
+    if (q->h3)
+        kh_h3_peer_reset(q->h3, sid, 0);
+    return 0;
+}
+
+static int stream_stop_sending(ngtcp2_conn *qc, int64_t sid, uint64_t code, void *ud, void *sud)
+{
+    kh_quic_conn *q = ud;
+    if (q->h3)
+        kh_h3_peer_reset(q->h3, sid, 1);
+    return 0;
+}
+
+static int extend_bidi(ngtcp2_conn *qc, uint64_t max, void *ud)
+{
+    kh_quic_conn *q = ud;
+    if (q->h3)
+        kh_h3_max_bidi(q->h3, max);
+    return 0;
+}
+
+static int extend_stream_data(ngtcp2_conn *qc, int64_t sid, uint64_t max, void *ud, void *sud)
+{
+    kh_quic_conn *q = ud;
+    if (q->h3)
+        kh_h3_unblock(q->h3, sid);
+    return 0;
+}
+
+/* HTTP/3 starts once the 1-RTT keys are installed (where ngtcp2 0.12's own example does) */
+static int recv_tx_key(ngtcp2_conn *qc, ngtcp2_crypto_level level, void *ud)
+{
+    kh_quic_conn *q = ud;
+    if (level != NGTCP2_CRYPTO_LEVEL_APPLICATION || q->h3)
+        return 0;
+    q->h3 = kh_h3_new(q);
+    return q->h3 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
+{
+    return ((kh_quic_conn *)ref->user_data)->qc;
+}
+
+static void peer_from(kh_addr *a, const struct sockaddr *sa)
+{
+    memset(a, 0, sizeof *a);
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        a->family = 4;
+        memcpy(a->bytes, &in->sin_addr, 4);
+        a->port = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        a->family = 6;
+        memcpy(a->bytes, &in6->sin6_addr, 16);
+        a->port = ntohs(in6->sin6_port);
+    }
+}
+
+/* odcid: the client's first DCID, from a verified Retry token (NULL: no Retry happened) */
+static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp2_path *path,
+                              const ngtcp2_cid *odcid)
+{
+    quic_ep *ep = s->ep;
+    kh_worker *w = ep->w;
+    const kh_limits *l = w->limits;
+    kh_quic_conn *q = kh_xcalloc(1, sizeof *q);
+    q->ep = ep;
+    q->sock = s;
+    q->timer.cb = on_timer;
+    q->id = ++w->next_conn_id;
+
+    ngtcp2_callbacks cb;
+    memset(&cb, 0, sizeof cb);
+    cb.recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
+    cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+    cb.encrypt = ngtcp2_crypto_encrypt_cb;
+    cb.decrypt = ngtcp2_crypto_decrypt_cb;
+    cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
+    cb.update_key = ngtcp2_crypto_update_key_cb;
+    cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
+    cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
+    cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
+    cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
+    cb.rand = rand_cb;
+    cb.get_new_connection_id = get_new_cid;
+    cb.remove_connection_id = remove_cid;
+    cb.recv_stream_data = recv_stream_data;
+    cb.acked_stream_data_offset = acked;
+    cb.stream_close = stream_close;
+    cb.stream_reset = stream_reset;
+    cb.stream_stop_sending = stream_stop_sending;
+    cb.extend_max_remote_streams_bidi = extend_bidi;
+    cb.extend_max_stream_data = extend_stream_data;
+    cb.recv_tx_key = recv_tx_key;
+
+    ngtcp2_settings st;
+    ngtcp2_settings_default(&st);
+    st.initial_ts = now_ts();
+    st.max_tx_udp_payload_size = MAX_UDP;
+    /* the handshake gets the TLS handshake timeout, as over TCP */
+    st.handshake_timeout = l->tls_handshake_timeout_ms * NGTCP2_MILLISECONDS;
+
+    ngtcp2_transport_params p;
+    ngtcp2_transport_params_default(&p);
+    p.initial_max_stream_data_bidi_remote = 256 * 1024;
+    p.initial_max_stream_data_bidi_local = 256 * 1024;
+    p.initial_max_stream_data_uni = 256 * 1024;
+    p.initial_max_data = 1024 * 1024;
+    p.initial_max_streams_bidi = l->h3_max_streams;
+    p.initial_max_streams_uni = 3;
+    /* an idle connection closes after keepalive_timeout_ms, as over TCP; while a request is in
+     * flight kh_h3 keeps it open (PINGs, ngtcp2_conn_set_keep_alive_timeout) */
+    p.max_idle_timeout = (l->keepalive_timeout_ms ? l->keepalive_timeout_ms : 1000) *
+                         NGTCP2_MILLISECONDS; /* 0 would mean no idle timeout at all in QUIC */
+    p.original_dcid = hd->dcid;
+    if (odcid) { /* RFC 9000 §7.3: after a Retry, both go in the transport parameters */
+        p.original_dcid = *odcid;
+        p.retry_scid = hd->dcid;
+        p.retry_scid_present = 1;
+    }
+
+    ngtcp2_cid scid;
+    new_scid(q, &scid, SCID_LEN);
+    if (ngtcp2_crypto_generate_stateless_reset_token(p.stateless_reset_token, ep->ctx->secret,
+                                                     sizeof ep->ctx->secret, &scid) == 0)
+        p.stateless_reset_token_present = 1;
+    int rv = ngtcp2_conn_server_new(&q->qc, &hd->scid, &scid, path, hd->version, &cb, &st, &p,
+                                    NULL, q);
+    if (rv != 0) {
+        KH_LOG_DEBUG("quic: ngtcp2_conn_server_new: %s", ngtcp2_strerror(rv));
+        free(q);
+        return NULL;
+    }
+    q->ref.get_conn = get_conn;
+    q->ref.user_data = q;
+    q->tls = kh_quic_session_new(ep->ctx->creds, q->qc, &q->ref);
+    if (q->tls == NULL) {
+        ngtcp2_conn_del(q->qc);
+        free(q);
+        return NULL;
+    }
+    kh_worker_conn_add(w, &q->wc, &quic_wc_vt);
+    cid_add(q, &scid);
+    cid_add(q, &hd->dcid); /* the client's first DCID: its Initials may be retransmitted */
+    peer_from(&q->peer, path->remote.addr);
+    KH_LOG_DEBUG("q%u quic: new connection (%llu open on this worker)", q->id,
+                 (unsigned long long)w->num_conns);
+    return q;
+}
+
+/* ---- datagrams in ---- */
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+    quic_sock *s = h->data;
+    b->base = s->ep->rbuf;
+    b->len = RBUF_SIZE;
+}
+
+static void send_vn(quic_sock *s, const ngtcp2_version_cid *vc, const struct sockaddr *to)
+{
+    uint8_t out[256], r;
+    uint32_t sv[] = {NGTCP2_PROTO_VER_V1};
+    kh_quic_rand(&r, 1);
+    ngtcp2_ssize n = ngtcp2_pkt_write_version_negotiation(out, sizeof out, r, vc->scid,
+                                                          vc->scidlen, vc->dcid, vc->dcidlen, sv, 1);
+    if (n > 0)
+        send_to(s, to, out, (size_t)n);
+}
+
+/* A short-header packet for a CID this worker issued but no longer knows (restarted, closed):
+ * a stateless reset (RFC 9000 §10.3) tells the peer at once instead of its idle timeout. Not
+ * for CIDs of another worker (their owner answers; reuseport routing sends them there), and
+ * always shorter than what came in, so two endpoints cannot loop. */
+static void send_reset(quic_sock *s, const ngtcp2_version_cid *vc, size_t n,
+                       const struct sockaddr *to)
+{
+    if (vc->dcidlen != SCID_LEN || vc->dcid[0] != (uint8_t)s->ep->w->id || n < 22)
+        return;
+    ngtcp2_cid cid;
+    ngtcp2_cid_init(&cid, vc->dcid, vc->dcidlen);
+    uint8_t token[NGTCP2_STATELESS_RESET_TOKENLEN], rnd[64], out[128];
+    if (ngtcp2_crypto_generate_stateless_reset_token(token, s->ep->ctx->secret,
+                                                     sizeof s->ep->ctx->secret, &cid) != 0)
+        return;
+    size_t len = n - 1 < sizeof out ? n - 1 : sizeof out;
+    size_t randlen = len - NGTCP2_STATELESS_RESET_TOKENLEN;
+    if (randlen < NGTCP2_MIN_STATELESS_RESET_RANDLEN)
+        return;
+    if (randlen > sizeof rnd)
+        randlen = sizeof rnd;
+    kh_quic_rand(rnd, randlen);
+    ngtcp2_ssize k = ngtcp2_pkt_write_stateless_reset(out, sizeof out, token, rnd, randlen);
+    if (k > 0)
+        send_to(s, to, out, (size_t)k);
+}
+
+/* Address validation (RFC 9000 §8.1.2) when the worker is under load: a Retry carrying a token
+ * sealed with the workers' shared secret, bound to the client's address and its first DCID;
+ * its new SCID bears this worker's id, so the client's next Initial comes back here. */
+static void send_retry(quic_sock *s, const ngtcp2_pkt_hd *hd, const struct sockaddr *to,
+                       socklen_t tolen)
+{
+    kh_quic_conn dummy = {.ep = s->ep};
+    ngtcp2_cid scid;
+    new_scid(&dummy, &scid, SCID_LEN);
+    uint8_t token[NGTCP2_CRYPTO_MAX_RETRY_TOKENLEN], out[MAX_UDP];
+    ngtcp2_ssize tl = ngtcp2_crypto_generate_retry_token(
+        token, s->ep->ctx->secret, sizeof s->ep->ctx->secret, hd->version, to, tolen, &scid,
+        &hd->dcid, now_ts());
+    if (tl < 0)
+        return;
+    ngtcp2_ssize n = ngtcp2_crypto_write_retry(out, sizeof out, hd->version, &hd->scid, &scid,
+                                               &hd->dcid, token, (size_t)tl);
+    if (n > 0)
+        send_to(s, to, out, (size_t)n);
+}
+
+static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *addr,
+                    unsigned flags)
+{
+    quic_sock *s = u->data;
+    if (nread <= 0 || addr == NULL)
+        return;
+    const uint8_t *data = (const uint8_t *)buf->base;
+    size_t n = (size_t)nread;
+    ngtcp2_version_cid vc;
+    int rv = ngtcp2_pkt_decode_version_cid(&vc, data, n, SCID_LEN);
+    if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
+        send_vn(s, &vc, addr);
+        return;
+    }
+    if (rv != 0)
+        return; /* not QUIC: dropped */
+    socklen_t alen = addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                 : sizeof(struct sockaddr_in);
+    ngtcp2_path path = {{(struct sockaddr *)&s->local, s->locallen},
+                        {(struct sockaddr *)addr, alen},
+                        NULL};
+    kh_quic_conn *q = cid_find(s->ep, vc.dcid, vc.dcidlen);
+    if (q == NULL) {
+        ngtcp2_pkt_hd hd;
+        if (!(data[0] & 0x80)) {
+            send_reset(s, &vc, n, addr);
+            return;
+        }
+        /* only a client Initial opens a connection; anything else unknown is dropped (cheaply:
+         * no state, no answer) */
+        if (ngtcp2_accept(&hd, data, n) != 0)
+            return;
+        if (!kh_worker_conn_room(s->ep->w))
+            return; /* at the `connections` limit, or stopping */
+        ngtcp2_cid odcid;
+        int retried = 0;
+        if (hd.type == NGTCP2_PKT_INITIAL && hd.token.len &&
+            hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
+            if (ngtcp2_crypto_verify_retry_token(&odcid, hd.token.base, hd.token.len,
+                                                 s->ep->ctx->secret, sizeof s->ep->ctx->secret,
+                                                 hd.version, addr, alen, &hd.dcid,
+                                                 10 * NGTCP2_SECONDS, now_ts()) != 0)
+                return; /* forged, expired, or from another address: dropped */
+            retried = 1;
+        }
+        if (!retried && s->ep->w->num_conns >= s->ep->w->limits->h3_retry_above) {
+            send_retry(s, &hd, addr, alen);
+            return;
+        }
+        q = conn_new(s, &hd, &path, retried ? &odcid : NULL);
+        if (q == NULL)
+            return;
+    }
+    memcpy(&q->remote, addr, alen);
+    q->remotelen = alen;
+    ngtcp2_pkt_info pi = {0};
+    rv = ngtcp2_conn_read_pkt(q->qc, &path, &pi, data, n, now_ts());
+    if (rv != 0) {
+        handle_error(q, rv);
+        return;
+    }
+    if (q->flags & Q_CLOSING) {
+        close_app(q, q->app_error);
+        return;
+    }
+    kh_quic_dirty(q); /* answers leave at the flush pass, after the rest of this batch */
+}
+
+/* ---- the module's worker and context calls (kh_h3_module.c) ---- */
+
+kh_h3_ctx *kh_quic_ctx_new(const kh_h3_opts *o, char *err, size_t errlen)
+{
+    kh_h3_ctx *ctx = kh_xcalloc(1, sizeof *ctx);
+    ctx->creds = kh_quic_creds_new(o->cert_pem, o->cert_len, o->key_pem, o->key_len, err, errlen);
+    if (ctx->creds == NULL) {
+        free(ctx);
+        return NULL;
+    }
+    kh_quic_rand(ctx->secret, sizeof ctx->secret);
+    return ctx;
+}
+
+void kh_quic_ctx_free(kh_h3_ctx *ctx)
+{
+    if (ctx == NULL)
+        return;
+    kh_quic_creds_free(ctx->creds);
+    free(ctx);
+}
+
+static void ep_free(quic_ep *ep)
+{
+    free(ep->socks);
+    free(ep->rbuf);
+    free(ep->buckets);
+    free(ep);
+}
+
+static void sock_closed(uv_handle_t *h)
+{
+    quic_sock *s = h->data;
+    quic_ep *ep = s->ep;
+    if (--ep->open_socks == 0)
+        ep_free(ep);
+}
+
+void kh_quic_worker_close(kh_worker *w)
+{
+    quic_ep *ep = w->quic;
+    if (ep == NULL)
+        return;
+    w->quic = NULL;
+    /* the registry closed every connection before (finish_stop); handles close their fds */
+    if (ep->open_socks == 0) {
+        ep_free(ep);
+        return;
+    }
+    for (int i = 0; i < ep->nsocks; i++)
+        if (ep->socks[i].fd != -1)
+            uv_close((uv_handle_t *)&ep->socks[i].udp, sock_closed);
+}
+
+int kh_quic_worker_open(kh_worker *w, kh_h3_ctx *ctx, char *err, size_t errlen)
+{
+    const kh_config *cfg = w->cfg;
+    quic_ep *ep = kh_xcalloc(1, sizeof *ep);
+    ep->w = w;
+    ep->ctx = ctx;
+    ep->rbuf = kh_xmalloc(RBUF_SIZE);
+    ep->socks = kh_xcalloc((size_t)cfg->num_listens, sizeof *ep->socks);
+    ep->nsocks = cfg->num_listens;
+    w->quic = ep;
+    for (int i = 0; i < cfg->num_listens; i++) {
+        quic_sock *s = &ep->socks[i];
+        s->fd = -1; /* -1: no handle */
+        s->ep = ep;
+        if (cfg->listens[i].udp_fds == NULL)
+            continue;
+        int fd = cfg->listens[i].udp_fds[w->id];
+        uv_udp_init_ex(&w->loop, &s->udp, AF_UNSPEC | UV_UDP_RECVMMSG);
+        s->udp.data = s;
+        s->fd = fd;
+        ep->open_socks++;
+        int r = uv_udp_open(&s->udp, fd);
+        if (r == 0) {
+            int len = (int)sizeof s->local;
+            r = uv_udp_getsockname(&s->udp, (struct sockaddr *)&s->local, &len);
+            s->locallen = (socklen_t)len;
+        }
+        if (r == 0)
+            r = uv_udp_recv_start(&s->udp, alloc_cb, on_recv);
+        if (r != 0) {
+            snprintf(err, errlen, "listen on %s:%d (quic): %s", cfg->listens[i].host,
+                     cfg->listens[i].port, uv_strerror(r));
+            return -1; /* kh_quic_worker_close closes what was opened */
+        }
+    }
+    return 0;
+}
+
+const char *kh_quic_versions(void)
+{
+    static char v[128];
+    snprintf(v, sizeof v, "ngtcp2 %s, GnuTLS %s", ngtcp2_version(0)->version_str,
+             kh_quic_crypto_version());
+    return v;
+}

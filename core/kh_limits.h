@@ -65,7 +65,12 @@
     X(socket_send_timeout_ms, 60000, 1, 86400000, "default k.socket send timeout") \
     X(socket_read_timeout_ms, 60000, 1, 86400000, "default k.socket receive timeout") \
     X(socket_buffer_bytes, 16777216, 1024, 1099511627776ULL, "max bytes one k.socket receive may buffer") \
-    X(dns_cache_ms, 10000, 0, 3600000, "how long a worker reuses a resolved host name (0: no cache)")
+    X(dns_cache_ms, 10000, 0, 3600000, "how long a worker reuses a resolved host name (0: no cache)") \
+    X(http_client_header_bytes, 16384, 256, 1048576, "max bytes of a k.http response head") \
+    X(http_client_header_fields, 100, 4, 10000, "max header fields in a k.http response head") \
+    X(http_client_body_bytes, 8388608, 0, 1099511627776ULL, "default max_body of a k.http response (after decoding)") \
+    X(http_client_timeout_ms, 60000, 1, 86400000, "default timeout of a whole k.http request (redirects included)") \
+    X(http_client_redirects, 5, 0, 100, "default number of redirects k.http follows")
 
 typedef struct kh_limits {
 #define KH_LIMIT_FIELD(name, def, min, max, doc) uint64_t name;

@@ -19,7 +19,7 @@
 #include "kh_tls.h"
 #include "kh_tls_client.h"
 
-#define KH_TLS_MODULE_ABI 3
+#define KH_TLS_MODULE_ABI 2
 #define KH_TLS_MODULE_ENTRY "kh_tls_module_get"
 #define KH_TLS_MODULE_FILE "khamsin-tls.so"
 
@@ -42,7 +42,7 @@ typedef struct kh_tls_module_vt {
     int (*ctx_export_pem)(const kh_tls_ctx *t, char **chain, size_t *chain_len, char **key,
                           size_t *key_len);
     void (*pem_free)(char *p, size_t len);
-    /* the client side, for outbound connections (kh_tls_client.h; added in ABI 3) */
+    /* the client side, for outbound connections (kh_tls_client.h; added in ABI 2) */
     kh_tls_client *(*client_new)(const kh_tls_client_opts *o, char *err, size_t errlen);
     void (*client_free)(kh_tls_client *c);
     void (*client_feed)(kh_tls_client *c, const char *p, size_t n);

@@ -553,8 +553,8 @@ static void finish_stop(kh_worker *w)
     /* Everything left on the loop is ours: close it and let uv_run return. */
     close_all(w);
     kh_accept_close(w);
-    kh_out_reg_close(w); /* idle pooled outbound connections; busy ones close with their owner */
     kh_h3_worker_close(w); /* its connections were closed just above */
+    kh_out_reg_close(w); /* idle pooled outbound connections; busy ones close with their owner */
     if (!uv_is_closing((uv_handle_t *)&w->flush_prepare)) {
         /* one last flush for anything queued */
         flush_cb(&w->flush_prepare);

@@ -4,9 +4,9 @@
  * Owns:  everything it touches (style.md §2): loop, its app instances (kh_app.h: the current one,
  *        and the retired ones still in use after a reload), buffer cache, stream pool, timeout
  *        queues and the variable-deadline heap, the connection registry (kh_wconn: TCP and QUIC
- *        connections alike) and its flush list, the access-log buffer, and with --http3 the
- *        HTTP/3 module's endpoint (w->quic, opened and closed through kh_h3_load.c), its outbound
- *        connections' registry (kh_out.h: keep-alive pool, DNS cache; closed when it stops).
+ *        connections alike) and its flush list, the access-log buffer, its outbound connections'
+ *        registry (kh_out.h: keep-alive pool, DNS cache; closed when it stops), and with --http3
+ *        the HTTP/3 module's endpoint (w->quic, opened and closed through kh_h3_load.c).
  * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
  *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt) and
  *        reload requests (kh_worker_reload_all: a worker-level mailbox message).

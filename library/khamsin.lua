@@ -19,6 +19,7 @@
 ---@field log khamsin.log the error log
 ---@field json khamsin.json JSON encoding and decoding
 ---@field socket khamsin.socket outbound TCP/TLS sockets that yield instead of blocking (luasocket's API)
+---@field http khamsin.http an HTTP client (HTTP/1.1 keep-alive, HTTP/2 over TLS) that yields instead of blocking
 local k = {}
 
 --- A GET route (it answers HEAD too). `:name` is one segment, a last `*name` the rest.
@@ -440,6 +441,47 @@ function socket.resolve(host) end
 ---@return boolean? ok
 ---@return string? err
 function socket.tls_preload(opts) end
+
+---@class khamsin.http
+local http = {}
+
+--- An HTTP request whose waits yield the coroutine. url: http:// or https://. method: default
+--- GET (POST with a body). timeout (s, default http_client_timeout_ms): the whole request,
+--- redirects included; connect_timeout, read_timeout (s): each connect / each read.
+--- max_body (bytes after decoding, default http_client_body_bytes); redirects (default
+--- http_client_redirects, 0: none followed). stream = true: res.body is nil, read with
+--- res:reader(). decode = false: no Accept-Encoding, no gzip/zstd decoding. verify (default
+--- true), cafile: the TLS certificate check. http2 = false: HTTP/1.1 only over TLS.
+--- h2c = true: HTTP/2 with prior knowledge on an http:// URL.
+--- deny_private: refuse hosts that resolve to private/loopback addresses. pool_size (default
+--- socket_pool_size), keepalive (idle seconds, default socket_keepalive_ms): the origin's pool.
+--- Network and protocol failures return nil, reason ("timeout", "connection refused",
+--- "closed mid-body", "tls: certificate verify failed: ...", "too many redirects", ...).
+---@param opts {url: string, method?: string, headers?: table<string, string|string[]>, body?: string, timeout?: number, connect_timeout?: number, read_timeout?: number, max_body?: integer, redirects?: integer, stream?: boolean, decode?: boolean, verify?: boolean, cafile?: string, http2?: boolean, h2c?: boolean, deny_private?: boolean, pool_size?: integer, keepalive?: number}
+---@return khamsin.HttpResponse? res
+---@return string? err
+function http.request(opts) end
+
+--- k.http.request with method GET and url.
+---@param url string
+---@param opts? table the options of k.http.request
+---@return khamsin.HttpResponse? res
+---@return string? err
+function http.get(url, opts) end
+
+---@class khamsin.HttpResponse
+---@field status integer
+---@field reason string the reason phrase ("" over HTTP/2)
+---@field headers table<string, string> case-insensitive; repeated fields joined with ", "
+---@field body string? nil with stream = true
+---@field version string "1.1", "1.0" or "2"
+---@field url string the URL that answered (after redirects)
+---@field decoded string|false the Content-Encoding that was decoded, or false
+local HttpResponse = {}
+
+--- The body piece by piece: each call returns the next chunk, nil at the end, or nil, reason.
+---@return fun(): string?, string?
+function HttpResponse:reader() end
 
 ---@class khamsin.Socket
 local Socket = {}

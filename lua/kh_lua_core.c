@@ -12,6 +12,7 @@
 #include "kh_log.h"
 #include "kh_lua_internal.h"
 #include "kh_lua_json.h"
+#include "kh_lua_http.h"
 #include "kh_reqid.h"
 
 #define K_UPVALUE(L) ((kh_lua *)lua_touserdata((L), lua_upvalueindex(1)))
@@ -450,6 +451,7 @@ static int open_core(lua_State *L)
     kh__lua_open_wait(L, K);
     kh__lua_open_shared(L, K);
     kh__lua_open_socket(L, K);
+    kh__lua_open_http(L, K);
     kh__lua_open_json(L);
     kh__lua_open_sign(L);
     kh__lua_open_multipart(L, K);

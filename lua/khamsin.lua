@@ -258,6 +258,11 @@ setmetatable(k, {
             rawset(t, "json", json)
             return json
         end
+        if key == "http" then -- k.http: the HTTP client (khamsin.http)
+            local http = require "khamsin.http"
+            rawset(t, "http", http)
+            return http
+        end
         if key == "socket" then -- k.socket: outbound TCP/TLS (khamsin.socket)
             local socket = require "khamsin.socket"
             rawset(t, "socket", socket)

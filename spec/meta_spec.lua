@@ -15,6 +15,7 @@ local OBJECTS = {
     ["khamsin.SharedDict"] = "dict", ["khamsin.Timer"] = "timer",
     ["khamsin.Multipart"] = "multipart", ["khamsin.Part"] = "part",
     ["khamsin.socket"] = "k.socket", ["khamsin.Socket"] = "sock",
+    ["khamsin.http"] = "k.http", ["khamsin.HttpResponse"] = "hres",
 }
 
 -- Names annotated ahead of the code that adds them: missing from the module is not an error for
@@ -100,12 +101,15 @@ local function walk(label, obj, out)
 end
 
 k.get("/", function(req, res)
+    if req.args.inner then return "inner" end
     local out = {}
     walk("k", k, out)
     walk("k.log", k.log, out)
     walk("k.json", rawget(k, "json") or k.json, out)
     walk("k.socket", k.socket, out)
     walk("sock", k.socket.tcp(), out)
+    walk("k.http", k.http, out)
+    walk("hres", (k.http.get("http://" .. req.headers.host .. "/?inner=1")), out)
     walk("req", req, out)
     walk("res", res, out)
     walk("dict", dict, out)
@@ -176,7 +180,7 @@ describe("LuaLS annotations (library/khamsin.lua)", function()
     it("the parser sees every class and method of the file", function()
         local want = annotated(server.root .. "/library/khamsin.lua")
         for _, label in ipairs { "k", "k.log", "k.json", "req", "res", "d", "dict", "timer",
-            "k.socket", "sock" } do
+            "k.socket", "sock", "k.http", "hres" } do
             assert.truthy(want[label] and next(want[label]), "no names for " .. label)
         end
         assert.truthy(want.res.defer and want.d.send and want.dict.incr and want.timer.cancel

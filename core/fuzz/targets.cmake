@@ -1,4 +1,8 @@
 kh_add_fuzz_target(h1_parse SOURCES kh_h1_parse.c kh_err.c)
+# the HTTP/1.1 client: response reader (whole = two pieces = byte by byte) and request serializer
+kh_add_fuzz_target(h1_client SOURCES kh_h1_client.c kh_h1_parse.c kh_err.c)
+# the HTTP/2 client session fed server bytes, and the gzip/deflate/zstd decoders
+kh_add_fuzz_target(h2_client SOURCES kh_h2_client.c kh_http_decode.c kh_err.c LIBS ${KH_NGHTTP2} ${KH_DECODE_LIBS})
 kh_add_fuzz_target(router SOURCES kh_router.c kh_path.c kh_err.c)
 # the path normaliser alone (kh_path.h: normal form, idempotence, no ".." left, bounds)
 kh_add_fuzz_target(path SOURCES kh_path.c)

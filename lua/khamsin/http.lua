@@ -1,0 +1,673 @@
+-- khamsin.http: k.http, an HTTP client whose waits yield the coroutine (never the worker).
+-- Owns: the request flow (URL, redirects, timeouts as deadlines, retries of an idempotent request
+-- whose pooled connection the server had closed, Content-Encoding decoding, the response object)
+-- and, per worker, the idle HTTP/2 connections of each origin (a Lua table: the socket pool of
+-- k.socket keys connections by host and port, and an h2 connection carries session state).
+-- In: k.http.request / k.http.get from handlers, timers, subscribers.
+-- Out: res {status, reason, headers (case-insensitive), body, version, url} and res:reader();
+-- or nil, reason on any network or protocol failure (never raises for those).
+-- Never: parses or writes HTTP itself: every byte goes through the C codecs (core's
+-- kh_h1_client, kh_h2_client, kh_http_decode via lua/kh_lua_http.c); connects, TLS, the h1
+-- keep-alive pool, timeouts and the abort of a request that the client left are k.socket's.
+local ok, core = pcall(require, "khamsin.core")
+if not ok then
+    error("k.http runs on a worker's loop, not in a k.blocking pool thread", 2)
+end
+local errors = require "khamsin.errors"
+require "khamsin.socket" -- the socket methods (the h2 path uses them)
+
+local type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, rawget =
+    type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, rawget
+local concat, lower, floor, min = table.concat, string.lower, math.floor, math.min
+local raise = errors.raise
+errors.own()
+
+local now = core.now
+local LIM = core.http_limits
+local h1_request, h1_reader, h1_feed, h1_eof, h1_started, h1_reset = core.http_h1_request,
+    core.http_h1_reader, core.http_h1_feed, core.http_h1_eof, core.http_h1_started,
+    core.http_h1_reset
+-- k.socket's raw functions (lua/kh_lua_socket.c): the h1 path calls them without the argument
+-- checks of khamsin/socket.lua's methods, which it would pass every time
+local c_new, c_connect, c_send, c_receive, c_settimeouts, c_setkeepalive, c_close, c_info =
+    core.socket_new, core.socket_connect, core.socket_send, core.socket_receive,
+    core.socket_settimeouts, core.socket_setkeepalive, core.socket_close, core.socket_info
+local decoder, decode, decode_finish = core.http_decoder, core.http_decode,
+    core.http_decode_finish
+local h2_new, h2_submit, h2_recv, h2_send, h2_eof, h2_info, h2_take, h2_forget, h2_state =
+    core.http_h2_new, core.http_h2_submit, core.http_h2_recv, core.http_h2_send, core.http_h2_eof,
+    core.http_h2_info, core.http_h2_take, core.http_h2_forget, core.http_h2_state
+
+local M = {}
+
+-- a raw socket function's results: true, values... | "aborted", why | "misuse", message
+local function waited(st, ...)
+    if st == true then return ... end
+    if st == "aborted" then error(errors.aborted((...)), 0) end
+    raise((...))
+end
+
+-- response readers are reused (each holds a field array and a buffer)
+local free_readers, nfree = {}, 0
+local function get_reader(head_request, max_body)
+    if nfree > 0 then
+        local r = free_readers[nfree]
+        free_readers[nfree] = nil
+        nfree = nfree - 1
+        h1_reset(r, head_request, max_body)
+        return r
+    end
+    return h1_reader(head_request, LIM.http_client_header_bytes, LIM.http_client_header_fields,
+        max_body)
+end
+local function put_reader(r)
+    if nfree < 64 then
+        nfree = nfree + 1
+        free_readers[nfree] = r
+    end
+end
+
+local READ_CHUNK = 65536
+local IDEMPOTENT = { GET = true, HEAD = true, PUT = true, DELETE = true, OPTIONS = true,
+    TRACE = true }
+local REDIRECT = { [301] = true, [302] = true, [303] = true, [307] = true, [308] = true }
+-- credentials that never follow a redirect to another origin
+local CREDENTIALS = { authorization = true, cookie = true, ["proxy-authorization"] = true }
+
+-- ---- URLs ----
+
+-- "scheme://host[:port]/path?query" -> {scheme, host, port, target, authority} | nil, reason
+local function parse_url(url)
+    local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
+    if not scheme then return nil, "invalid url: " .. url end
+    scheme = lower(scheme)
+    if scheme ~= "http" and scheme ~= "https" then
+        return nil, "unsupported url scheme: " .. scheme
+    end
+    local auth, target = rest:match("^([^/?#]*)(.*)$")
+    target = target:gsub("#.*$", "")
+    if target == "" then
+        target = "/"
+    elseif target:sub(1, 1) == "?" then
+        target = "/" .. target
+    end
+    if auth:find("@", 1, true) then return nil, "invalid url: user info is not supported" end
+    local host, port
+    if auth:sub(1, 1) == "[" then
+        host, port = auth:match("^(%[[%x:.]+%])(.*)$")
+    else
+        host, port = auth:match("^([^:]*)(.*)$")
+    end
+    if not host or host == "" then return nil, "invalid url: no host in " .. url end
+    if port ~= "" then
+        port = port:match("^:(%d+)$")
+        port = tonumber(port)
+        if not port or port < 1 or port > 65535 then return nil, "invalid url: bad port" end
+    else
+        port = nil
+    end
+    local default = scheme == "https" and 443 or 80
+    local authority = lower(host)
+    if port and port ~= default then authority = authority .. ":" .. port end
+    return { scheme = scheme, host = lower(host), port = port or default, target = target,
+        authority = authority, url = url }
+end
+
+-- parsed URLs of recent requests (most requests of a service go to a few URLs); reset when big
+local url_cache, url_cached = {}, 0
+local function parse_url_cached(url)
+    local u = url_cache[url]
+    if u then return u end
+    local err
+    u, err = parse_url(url)
+    if not u then return nil, err end
+    if url_cached >= 256 then url_cache, url_cached = {}, 0 end
+    url_cache[url] = u
+    url_cached = url_cached + 1
+    return u
+end
+
+-- Location relative to the current URL (RFC 3986 §5.2, the forms servers use)
+local function resolve(base, loc)
+    if loc:match("^%a[%w+.-]*://") then return loc end
+    local origin = base.scheme .. "://" .. base.authority
+    if loc:sub(1, 2) == "//" then return base.scheme .. ":" .. loc end
+    if loc:sub(1, 1) == "/" then return origin .. loc end
+    local dir = base.target:gsub("[?#].*$", ""):gsub("[^/]*$", "")
+    if loc:sub(1, 1) == "?" then return origin .. base.target:gsub("%?.*$", "") .. loc end
+    return origin .. dir .. loc
+end
+
+local function same_origin(a, b)
+    return a.scheme == b.scheme and a.host == b.host and a.port == b.port
+end
+
+-- ---- headers ----
+
+local header_mt = {
+    __index = function(t, k)
+        if type(k) == "string" then return rawget(t, lower(k)) end
+    end,
+}
+
+-- fields {n1, v1, ...} -> case-insensitive table (repeated fields joined with ", ")
+local function header_table(fields)
+    local h = setmetatable({}, header_mt)
+    for i = 1, #fields, 2 do
+        local n = lower(fields[i])
+        local old = rawget(h, n)
+        h[n] = old and (old .. ", " .. fields[i + 1]) or fields[i + 1]
+    end
+    return h
+end
+
+-- the user's headers -> flat list; drops credentials when asked
+local function flat_headers(hdrs, drop_credentials)
+    local out, seen = {}, {}
+    if hdrs then
+        for name, v in pairs(hdrs) do
+            if type(name) ~= "string" then
+                raise("k.http.request: header names must be strings, got a " .. type(name))
+            end
+            local ln = lower(name)
+            if not (drop_credentials and CREDENTIALS[ln]) then
+                seen[ln] = true
+                if type(v) == "table" then
+                    for _, x in ipairs(v) do
+                        out[#out + 1] = name
+                        out[#out + 1] = tostring(x)
+                    end
+                else
+                    out[#out + 1] = name
+                    out[#out + 1] = tostring(v)
+                end
+            end
+        end
+    end
+    return out, seen
+end
+
+-- ---- timeouts ----
+
+local function remaining_ms(o)
+    return (o.deadline - now()) * 1000
+end
+
+local function arm(sock, o, phase_ms)
+    local left = remaining_ms(o)
+    if left <= 0 then return nil end
+    local t = min(left, phase_ms or left)
+    sock:settimeouts(o.connect_ms and min(o.connect_ms, left) or left, t, t)
+    return true
+end
+
+-- ---- the response body, shared by h1 and h2 ----
+
+local res_methods = {}
+local res_mt = { __index = res_methods }
+
+-- res:reader() -> a function giving the next chunk of the body, then nil at the end (or nil,
+-- reason on a failure). Without stream=true the body is already in res.body: one chunk.
+function res_methods.reader(res)
+    if type(res) ~= "table" or getmetatable(res) ~= res_mt then
+        raise("res:reader(): call it with ':' on a response from k.http")
+    end
+    if res._next then
+        local nx = res._next
+        res._next = nil
+        return nx
+    end
+    local body = res.body
+    return function()
+        local b = body
+        body = nil
+        if b == "" then return nil end
+        return b
+    end
+end
+
+-- wraps a raw chunk source with the decoder of Content-Encoding (if any)
+local function decoding(raw, dec)
+    if not dec then return raw end
+    local done = false
+    return function()
+        while not done do
+            local chunk, err = raw()
+            if chunk == nil then
+                if err then return nil, err end
+                done = true
+                local ok2, derr = decode_finish(dec)
+                if not ok2 then return nil, derr end
+                return nil
+            end
+            local out, derr = decode(dec, chunk)
+            if not out then return nil, derr end
+            if out ~= "" then return out end
+        end
+        return nil
+    end
+end
+
+local function drain(nx, max)
+    local first, ferr = nx()
+    if first == nil then
+        if ferr then return nil, ferr end
+        return ""
+    end
+    if #first > max then return nil, "response body too large" end
+    local second, serr = nx()
+    if second == nil then -- the common case: the whole body in one piece
+        if serr then return nil, serr end
+        return first
+    end
+    local parts, n = { first, second }, #first + #second
+    if n > max then return nil, "response body too large" end
+    while true do
+        local c, err = nx()
+        if c == nil then
+            if err then return nil, err end
+            return concat(parts)
+        end
+        n = n + #c
+        if n > max then return nil, "response body too large" end
+        parts[#parts + 1] = c
+    end
+end
+
+-- ---- HTTP/1.1 ----
+
+-- the read timeout for the next read (seconds): read_timeout within what is left of the whole
+local function read_s(o)
+    local left = o.deadline - now()
+    if left <= 0 then return nil end
+    local r = o.read_ms and o.read_ms / 1000 or left
+    return r < left and r or left
+end
+
+local function h1_exchange(sock, o, u)
+    local body = o.body
+    local req, rerr = h1_request(o.method, u.target, u.authority, o.fields, body and #body or nil)
+    if not req then
+        c_close(sock)
+        raise("k.http.request: " .. rerr)
+    end
+    local t = read_s(o)
+    if not t then return nil, "timeout" end
+    c_settimeouts(sock, nil, t, t)
+    local okw, werr = waited(c_send(sock, body and #body < 65536 and (req .. body) or req))
+    if okw and body and #body >= 65536 then okw, werr = waited(c_send(sock, body)) end
+    if not okw then return nil, werr, true end
+    local r = get_reader(o.method == "HEAD", o.max_body)
+    local head, pending, np, done, reusable, leftover = nil, nil, 0, false, false, 0
+    -- reads until the head arrives (body bytes that came with it wait in pending)
+    while not head do
+        t = read_s(o)
+        if not t then return nil, "timeout" end
+        c_settimeouts(sock, nil, nil, t)
+        local data, err = waited(c_receive(sock, "s", READ_CHUNK))
+        if not data then
+            if err == "closed" then
+                local started = h1_started(r)
+                local _, eerr = h1_eof(r)
+                return nil, eerr, not started
+            end
+            return nil, err
+        end
+        local hd, bd, dn, ferr, ru, lo = h1_feed(r, data)
+        if ferr then return nil, ferr end
+        head = hd
+        if bd ~= "" then pending, np = bd, 1 end
+        done, reusable, leftover = dn, ru, lo
+    end
+    local finished = false
+    local function finish()
+        if finished then return end
+        finished = true
+        put_reader(r)
+        if reusable and leftover == 0 then
+            c_setkeepalive(sock, o.keepalive_ms / 1000, o.pool_size)
+        else
+            c_close(sock)
+        end
+    end
+    local function fail(err)
+        finished = true
+        c_close(sock)
+        return nil, err
+    end
+    local function raw()
+        if np > 0 then
+            np = 0
+            local c = pending
+            pending = nil
+            return c
+        end
+        while not done do
+            local tt = read_s(o)
+            if not tt then return fail("timeout") end
+            c_settimeouts(sock, nil, nil, tt)
+            local data, err = waited(c_receive(sock, "s", READ_CHUNK))
+            if not data then
+                if err ~= "closed" then return fail(err) end
+                local eok, eerr = h1_eof(r)
+                if not eok then return fail(eerr) end
+                done, reusable = true, false
+                break
+            end
+            local _, bd, dn, ferr, ru, lo = h1_feed(r, data)
+            if ferr then return fail(ferr) end
+            done, reusable, leftover = dn, ru, lo
+            if bd ~= "" then return bd end
+        end
+        finish()
+        return nil
+    end
+    if done and np == 0 then finish() end
+    return { status = head.status, reason = head.reason, headers = head.headers,
+        version = head.minor == 0 and "1.0" or "1.1" }, raw
+end
+
+-- ---- HTTP/2 (over TLS, when the server picks it by ALPN) ----
+
+-- per worker: origin key -> list of idle {sock=, sess=}
+local h2_idle = {}
+
+local function h2_exchange(conn, o, u, fresh)
+    local sock, sess = conn.sock, conn.sess
+    -- the same refusals as over HTTP/1.1 (CR/LF or control bytes in a field, a bad method or
+    -- target): HPACK would carry them, the next HTTP/1.1 hop would not
+    local okr, rerr = h1_request(o.method, u.target, u.authority, o.fields, nil)
+    if not okr then
+        sock:close()
+        raise("k.http.request: " .. rerr)
+    end
+    local id, serr = h2_submit(sess, o.method, u.scheme, u.authority, u.target, o.fields, o.body)
+    if not id then return nil, serr, true end
+    local function flush()
+        local out = h2_send(sess)
+        if out ~= "" then
+            if not arm(sock, o, o.send_ms) then return nil, "timeout" end
+            local okw, werr = sock:send(out)
+            if not okw then return nil, werr end
+        end
+        return true
+    end
+    local function pump()
+        local fok, ferr = flush()
+        if not fok then return nil, ferr end
+        if not arm(sock, o, o.read_ms) then return nil, "timeout" end
+        local data, err = sock:receiveany(READ_CHUNK)
+        if not data then
+            if err == "closed" then h2_eof(sess) return true end
+            return nil, err
+        end
+        local rok, rerr = h2_recv(sess, data)
+        if not rok then
+            flush()
+            return nil, rerr
+        end
+        return true
+    end
+    local got_any = false
+    local status, fields
+    while true do
+        local st, dn, err, flds = h2_info(sess, id, true)
+        if err then
+            h2_forget(sess, id)
+            -- refused before any answer on a reused connection: another connection may do
+            local retry = (not fresh and not got_any) or err:find("going away", 1, true)
+            return nil, (err == "closed mid-body" and not got_any) and "closed" or err, retry
+        end
+        if st ~= 0 then status, fields = st, flds break end
+        local pok, perr = pump()
+        if not pok then
+            h2_forget(sess, id)
+            return nil, perr
+        end
+        got_any = true
+    end
+    local finished = false
+    local function finish(reuse)
+        if finished then return end
+        finished = true
+        h2_forget(sess, id)
+        local can, _, dead = h2_state(sess)
+        if reuse and can and not dead then
+            local list = h2_idle[conn.key]
+            if not list then
+                list = {}
+                h2_idle[conn.key] = list
+            end
+            if #list < o.pool_size then
+                list[#list + 1] = conn
+                flush()
+                return
+            end
+        end
+        sock:close()
+    end
+    local function raw()
+        while true do
+            local chunk = h2_take(sess, id)
+            if chunk ~= "" then
+                flush() -- the WINDOW_UPDATE for what was taken
+                return chunk
+            end
+            local _, dn, err = h2_info(sess, id, false)
+            if err then
+                finish(false)
+                return nil, err
+            end
+            if dn then
+                finish(true)
+                return nil
+            end
+            local pok, perr = pump()
+            if not pok then
+                finish(false)
+                return nil, perr
+            end
+        end
+    end
+    return { status = status, reason = "", fields = fields, version = "2" }, raw
+end
+
+local function h2_connection(sock, key)
+    local sess = h2_new(LIM.h2_stream_window, LIM.h2_conn_window, LIM.http_client_header_bytes,
+        LIM.http_client_header_fields, 2 ^ 52)
+    return { sock = sock, sess = sess, key = key }
+end
+
+-- ---- one request on one connection (no redirects) ----
+
+local function once(o, u)
+    local key = u.scheme .. "://" .. u.host .. ":" .. u.port
+    if u.scheme == "https" then
+        -- the TLS settings are part of the key: a connection verified against one CA file is
+        -- not one to hand to a request that trusts another (or the system store)
+        key = key .. "#" .. tostring(o.verify) .. "#" .. tostring(o.cafile)
+    elseif o.h2c then
+        key = key .. "#h2c" -- HTTP/2 with prior knowledge (RFC 9113 §3.3)
+    end
+    -- an idle h2 connection to this origin first
+    local list = (o.http2 or o.h2c) and h2_idle[key]
+    while list and #list > 0 do
+        local conn = list[#list]
+        list[#list] = nil
+        local can, _, dead = h2_state(conn.sess)
+        if can and not dead then
+            local head, nx, retry = h2_exchange(conn, o, u, false)
+            if head then return head, nx end
+            conn.sock:close()
+            if not retry then return nil, nx end
+        else
+            conn.sock:close()
+        end
+    end
+    for attempt = 1, 2 do
+        local sock = waited(c_new())
+        local left = remaining_ms(o)
+        if left <= 0 then return nil, "timeout" end
+        left = left / 1000
+        local ct = o.connect_ms and o.connect_ms / 1000 or left
+        c_settimeouts(sock, ct < left and ct or left, left, left)
+        local copts = { deny_private = o.deny_private, pool_size = nil, backlog = 0 }
+        if u.scheme == "https" then
+            copts.tls = { server_name = u.host:gsub("^%[(.*)%]$", "%1"), verify = o.verify,
+                cafile = o.cafile, alpn = o.http2 and "h2,http/1.1" or "http/1.1" }
+            -- h2 connections never go to k.socket's pool: a separate key keeps the two apart
+            copts.pool = key .. (o.http2 and "#h2,h1" or "#h1")
+        elseif o.h2c then
+            copts.pool = key -- never parked in k.socket's pool; kept apart all the same
+        end
+        local cok, cerr = waited(c_connect(sock, u.host, u.port, copts))
+        if not cok then
+            c_close(sock)
+            return nil, cerr
+        end
+        local info = c_info(sock)
+        local reused = info.reused > 0
+        local head, nx, retry
+        if (u.scheme == "https" and info.alpn == "h2") or (u.scheme == "http" and o.h2c) then
+            head, nx, retry = h2_exchange(h2_connection(sock, key), o, u, true)
+        else
+            head, nx, retry = h1_exchange(sock, o, u)
+        end
+        if head then return head, nx end
+        c_close(sock)
+        -- a pooled connection the server had closed: once more on a new one (idempotent only)
+        if not (retry and reused and IDEMPOTENT[o.method]) or attempt == 2 then
+            return nil, nx
+        end
+    end
+end
+
+-- ---- k.http.request ----
+
+local NUMERIC_OPTS = { "timeout", "connect_timeout", "read_timeout", "max_body", "redirects",
+    "pool_size", "keepalive" }
+
+local function check_opts(t)
+    if type(t) ~= "table" then
+        raise("k.http.request{url=, ...}: expected a table, got a " .. type(t))
+    end
+    if type(t.url) ~= "string" then
+        raise("k.http.request: url must be a string, got a " .. type(t.url))
+    end
+    if t.method ~= nil and type(t.method) ~= "string" then
+        raise("k.http.request: method must be a string, got a " .. type(t.method))
+    end
+    if t.headers ~= nil and type(t.headers) ~= "table" then
+        raise("k.http.request: headers must be a table, got a " .. type(t.headers))
+    end
+    if t.body ~= nil and type(t.body) ~= "string" then
+        raise("k.http.request: body must be a string, got a " .. type(t.body))
+    end
+    for _, n in ipairs(NUMERIC_OPTS) do
+        local v = t[n]
+        if v ~= nil and (type(v) ~= "number" or v < 0) then
+            raise("k.http.request: " .. n .. " must be a number >= 0, got " .. tostring(v))
+        end
+    end
+end
+
+-- k.http.request{method=, url=, headers=, body=, timeout=, connect_timeout=, read_timeout=,
+-- max_body=, redirects=, stream=, decode=, verify=, cafile=, http2=, h2c=, deny_private=,
+-- pool_size=, keepalive=}
+-- -> res | nil, reason
+function M.request(t)
+    check_opts(t)
+    local timeout = t.timeout or LIM.http_client_timeout_ms / 1000
+    local o = {
+        method = t.method and t.method:upper() or (t.body and "POST" or "GET"),
+        body = t.body,
+        deadline = now() + timeout,
+        connect_ms = t.connect_timeout and t.connect_timeout * 1000,
+        read_ms = t.read_timeout and t.read_timeout * 1000,
+        send_ms = t.read_timeout and t.read_timeout * 1000,
+        max_body = t.max_body and floor(t.max_body) or LIM.http_client_body_bytes,
+        verify = t.verify ~= false,
+        cafile = t.cafile,
+        http2 = t.http2 ~= false,
+        h2c = t.h2c and true or false,
+        deny_private = t.deny_private and true or false,
+        keepalive_ms = t.keepalive and t.keepalive * 1000 or LIM.socket_keepalive_ms,
+        pool_size = t.pool_size and floor(t.pool_size) or LIM.socket_pool_size,
+    }
+    local want_decode = t.decode ~= false
+    local redirects = t.redirects and floor(t.redirects) or LIM.http_client_redirects
+    local url = t.url
+    local u, uerr = parse_url_cached(url)
+    if not u then return nil, uerr end
+    local first = u
+    for hop = 0, redirects do
+        local fields, seen = flat_headers(t.headers, not same_origin(u, first))
+        if not seen["user-agent"] then
+            fields[#fields + 1] = "User-Agent"
+            fields[#fields + 1] = "khamsin"
+        end
+        if want_decode and not seen["accept-encoding"] then
+            fields[#fields + 1] = "Accept-Encoding"
+            fields[#fields + 1] = "gzip, zstd"
+        end
+        o.fields = fields
+        local head, nx = once(o, u)
+        if not head then return nil, nx end
+        -- h1: a {lower-case name = value} map made in C; h2: the field list
+        local headers = head.headers and setmetatable(head.headers, header_mt)
+            or header_table(head.fields)
+        local loc = headers.location
+        if REDIRECT[head.status] and loc and hop < redirects then
+            local _, derr = drain(nx, o.max_body) -- the connection goes back to the pool
+            if derr then return nil, derr end
+            local nu, nerr = parse_url(resolve(u, loc))
+            if not nu then return nil, "redirect: " .. nerr end
+            if head.status == 303 or ((head.status == 301 or head.status == 302)
+                    and o.method == "POST") then
+                if o.method ~= "HEAD" then o.method = "GET" end
+                o.body = nil
+            end
+            u = nu
+        else
+            if REDIRECT[head.status] and loc and redirects > 0 then
+                drain(nx, o.max_body)
+                return nil, "too many redirects"
+            end
+            local res = setmetatable({ status = head.status, reason = head.reason,
+                headers = headers, version = head.version, url = u.url, decoded = false },
+                res_mt)
+            local source = nx
+            local ce = headers["content-encoding"]
+            if want_decode and ce and o.method ~= "HEAD" and head.status ~= 204
+                    and head.status ~= 304 then
+                local dec = decoder(ce, o.max_body)
+                if dec then
+                    source = decoding(nx, dec)
+                    res.decoded = ce
+                end
+            end
+            if t.stream then
+                res._next = source
+                return res
+            end
+            local body, berr = drain(source, o.max_body)
+            if not body then return nil, berr end
+            res.body = body
+            return res
+        end
+    end
+end
+
+-- k.http.get(url [, opts]) -> res | nil, reason
+function M.get(url, opts)
+    if opts ~= nil and type(opts) ~= "table" then
+        raise("k.http.get(url, opts): opts must be a table, got a " .. type(opts))
+    end
+    local t = {}
+    if opts then for k2, v in pairs(opts) do t[k2] = v end end
+    t.url = url
+    t.method = t.method or "GET"
+    return M.request(t)
+end
+
+return M

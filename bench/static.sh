@@ -8,6 +8,7 @@
 #
 #   bench/static.sh                        # ROUNDS=5 DURATION=5 CONNS=32
 #   ROUNDS=1 DURATION=2 bench/static.sh    # quick smoke run
+#   STATIC_OPTS='{cache=false}' bench/static.sh   # k.static's third argument (default nil)
 #
 # Env knobs: KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 BASE_PORT=23180
 set -euo pipefail
@@ -41,7 +42,8 @@ trap cleanup EXIT
 mkdir -p "$TMP/www"
 head -c 4096 /dev/urandom >"$TMP/www/4k.bin"
 head -c 1048576 /dev/urandom >"$TMP/www/1m.bin"
-printf 'local k = require "khamsin"\nk.static("/", "%s")\n' "$TMP/www" >"$TMP/app.lua"
+STATIC_OPTS=${STATIC_OPTS:-nil} # e.g. STATIC_OPTS='{cache=false}': k.static without its cache
+printf 'local k = require "khamsin"\nk.static("/", "%s", %s)\n' "$TMP/www" "$STATIC_OPTS" >"$TMP/app.lua"
 nginx_conf "$TMP/ngx" bench/static.sh 4096 4096 0 "    listen 127.0.0.1:$NPORT;
     location / { root $TMP/www; sendfile on; tcp_nopush on; }"
 
@@ -91,11 +93,12 @@ done
 
 {
   echo "# bench/static.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "# command: $CMDLINE (ROUNDS=$ROUNDS DURATION=$DURATION CONNS=$CONNS KHAMSIN_BIN=$KHAMSIN_BIN)"
+  echo "# command: $CMDLINE (ROUNDS=$ROUNDS DURATION=$DURATION CONNS=$CONNS STATIC_OPTS=$STATIC_OPTS KHAMSIN_BIN=$KHAMSIN_BIN)"
   echo "# servers pinned to core $SERVER_CORE, wrk to core $WRK_CORE, alternating; 1 worker each;"
-  echo "# nginx: sendfile on, tcp_nopush on. khamsin: k.static('/', dir), each reply read whole"
-  echo "# into memory through libuv fs (realpath, stat, open+read+close per request; not streamed,"
-  echo "# no sendfile). The box was shared with other helpers' builds and tests (load average ~10"
+  echo "# nginx: sendfile on, tcp_nopush on. khamsin: k.static('/', dir) with its default per-worker"
+  echo "# cache (realpath+stat revalidated each 1 s; files <= 64 KiB kept in memory: 4k.bin is"
+  echo "# answered from memory); 1m.bin is streamed: 64 KiB pread on libuv's pool, each chunk"
+  echo "# written under backpressure (no sendfile). The box was shared with other helpers' builds and tests (load average ~10"
   echo "# on 2 cores): absolute figures are low and noisy; the ratios come from the same run."
   echo "# $(uname -srm); $(nginx -v 2>&1)"
   $PY - "$TMP/raw" <<'PYEOF'

@@ -67,7 +67,7 @@ function k.route(method, path, handler) end
 --- precompressed siblings; a path never leaves `dir`. Declared while the script loads.
 ---@param prefix string
 ---@param dir string
----@param opts? {index: string|false|nil, follow_symlinks: boolean?, dotfiles: boolean?, precompressed: boolean?, max_bytes: integer?, cache_control: string?}
+---@param opts? {index: string|false|nil, follow_symlinks: boolean?, dotfiles: boolean?, precompressed: boolean?, max_bytes: integer?, cache_control: string?, cache: false|{valid: number?, entries: integer?, file_bytes: integer?, total_bytes: integer?}|nil}
 function k.static(prefix, dir, opts) end
 
 --- Raises an error that answers `status` with `message` (a table is sent as JSON); not logged.

@@ -149,7 +149,8 @@ static int bad_header(lua_State *L, const kh_header *h, size_t n)
     return misuse(L, "invalid response header");
 }
 
-/* respond(s, gen, status, body, headers|nil, default_content_type|nil[, "stream" | "tunnel"])
+/* respond(s, gen, status, body, headers|nil, default_content_type|nil[, "stream" | "tunnel"
+ *         [, content_length]]) (content_length: "stream" only, the bytes the writes will send)
  * -> true | nil, "closed" | false, message (a header name or value refused, a second answer) */
 static int l_respond(lua_State *L)
 {
@@ -234,7 +235,8 @@ static int l_respond(lua_State *L)
      * (res:write, SSE; no Content-Length); "tunnel" accepts a tunnel request (101 / 200) */
     int r;
     if (mode && strcmp(mode, "stream") == 0)
-        r = kh_stream_send_head(s, status, h, n, -1);
+        r = kh_stream_send_head(s, status, h, n,
+                                lua_isnumber(L, 8) ? (int64_t)lua_tonumber(L, 8) : -1);
     else if (tunnel)
         r = kh_stream_accept_tunnel(s, h, n);
     else

@@ -1,7 +1,11 @@
 /* kh_lua_fs.c: file reads for k.static without blocking the loop: core.fs_stat, fs_realpath,
- * fs_read run as libuv fs requests on libuv's thread pool and resume the coroutine.
+ * fs_read, fs_open, fs_pread run as libuv fs requests on libuv's thread pool and resume the
+ * coroutine. fs_open gives a file handle (streamed replies): one fd and one read buffer reused by
+ * every fs_pread of the handle, closed by fs_close or by the handle's __gc.
  * Owns:  one kh_lua_fsreq per pending call (its uv_fs_t, path, buffer, open fd), freed when the
- *        last libuv callback of the call ran, even after the coroutine was abandoned.
+ *        last libuv callback of the call ran, even after the coroutine was abandoned; one
+ *        kh_lua_file per handle (fd + buffer), freed by __gc/fs_close, or by the pending read's
+ *        callback when the handle was collected while a read was in flight.
  * In:    calls from lua/khamsin/static.lua on the worker's thread; libuv fs callbacks.
  * Out:   yields of KH_YIELD (wait KH_WAIT_FS); wakes with true, results... | false, message.
  * Never: calls a blocking file function on the loop; resumes a coroutine itself. */
@@ -11,7 +15,29 @@
 
 #include "kh_lua_internal.h"
 
-enum { FS_STAT = 1, FS_REALPATH, FS_READ };
+enum { FS_STAT = 1, FS_REALPATH, FS_READ, FS_OPEN, FS_PREAD };
+
+#define FILE_MT "khamsin.fs_file"
+
+/* An open file of fs_open: the userdata holds a pointer to it, so a read in flight survives the
+ * userdata's collection (orphan: the read's callback frees it). */
+typedef struct kh_lua_file {
+    uv_file fd;
+    int busy, orphan;
+    size_t cap;
+    char *buf;
+} kh_lua_file;
+
+static void file_free(kh_lua_file *h)
+{
+    if (h->fd >= 0) {
+        uv_fs_t r;
+        uv_fs_close(NULL, &r, h->fd, NULL); /* close(2) of a regular file: does not block */
+        uv_fs_req_cleanup(&r);
+    }
+    free(h->buf);
+    free(h);
+}
 
 struct kh_lua_fsreq {
     uv_fs_t req;
@@ -23,6 +49,7 @@ struct kh_lua_fsreq {
     char *buf;
     size_t want, got;
     int64_t offset;
+    kh_lua_file *file; /* FS_PREAD */
 };
 
 static void fsreq_free(kh_lua_fsreq *f)
@@ -101,11 +128,48 @@ static void open_cb(uv_fs_t *r)
         return;
     }
     f->fd = (uv_file)fd;
+    if (f->op == FS_OPEN && f->co) {
+        lua_State *co = f->co->co;
+        kh_lua_file *h = kh_xcalloc(1, sizeof *h);
+        h->fd = f->fd;
+        *(kh_lua_file **)lua_newuserdata(co, sizeof h) = h;
+        luaL_getmetatable(co, FILE_MT);
+        lua_setmetatable(co, -2);
+        lua_pushboolean(co, 1);
+        lua_insert(co, -2);
+        wake(f, 2);
+        fsreq_free(f);
+        return;
+    }
     if (f->co == NULL || f->want == 0) {
         uv_fs_close(&f->K->w->loop, &f->req, f->fd, close_cb);
         return;
     }
     read_more(f);
+}
+
+static void pread_cb(uv_fs_t *r)
+{
+    kh_lua_fsreq *f = r->data;
+    ssize_t n = r->result;
+    kh_lua_file *h = f->file;
+    uv_fs_req_cleanup(r);
+    h->busy = 0;
+    if (h->orphan) { /* the handle was closed while this read ran */
+        file_free(h);
+        if (f->co)
+            fail(f, UV_EBADF);
+    } else if (f->co) {
+        if (n < 0) {
+            fail(f, (int)n);
+        } else {
+            lua_State *co = f->co->co;
+            lua_pushboolean(co, 1);
+            lua_pushlstring(co, h->buf, (size_t)n);
+            wake(f, 2);
+        }
+    }
+    fsreq_free(f);
 }
 
 static void stat_cb(uv_fs_t *r)
@@ -122,7 +186,10 @@ static void stat_cb(uv_fs_t *r)
             lua_pushnumber(co, (lua_Number)st->st_mtim.tv_sec);
             lua_pushstring(co, S_ISDIR(st->st_mode) ? "dir" : S_ISREG(st->st_mode) ? "file"
                                                                                   : "other");
-            wake(f, 4);
+            lua_pushnumber(co, (lua_Number)st->st_mtim.tv_nsec);
+            lua_pushnumber(co, (lua_Number)st->st_ino);
+            lua_pushnumber(co, (lua_Number)st->st_dev);
+            wake(f, 7);
         }
     }
     uv_fs_req_cleanup(r);
@@ -145,14 +212,27 @@ static void realpath_cb(uv_fs_t *r)
     fsreq_free(f);
 }
 
-/* fs_stat(path) -> true, size, mtime, "file"|"dir"|"other" | false, message, code (yields)
+/* fs_stat(path) -> true, size, mtime, "file"|"dir"|"other", mtime_nsec, ino, dev
+ *   | false, message, code (yields)
  * fs_realpath(path) -> true, path | false, message, code (yields)
  * fs_read(path, offset, len) -> true, bytes (fewer when the file is shorter) | false, ... :
- *   opens with O_NOFOLLOW (a last component that is a link is refused: ELOOP) */
+ *   opens with O_NOFOLLOW (a last component that is a link is refused: ELOOP)
+ * fs_open(path) -> true, handle | false, ... (O_NOFOLLOW too)
+ * fs_pread(handle, offset, len) -> true, bytes (fewer at the end of the file) | false, ...:
+ *   len at most 1 MiB; the handle's buffer is allocated once (its first read's len) and reused */
 static int start(lua_State *L, int op)
 {
     kh_lua *K = lua_touserdata(L, lua_upvalueindex(1));
-    const char *path = luaL_checkstring(L, 1);
+    kh_lua_file *h = NULL;
+    if (op == FS_PREAD) {
+        kh_lua_file **ph = luaL_checkudata(L, 1, FILE_MT);
+        h = *ph;
+        if (h == NULL || h->fd < 0)
+            return luaL_argerror(L, 1, "the file is closed");
+        if (h->busy)
+            return luaL_error(L, "fs_pread: a read of this file is in flight");
+    }
+    const char *path = op == FS_PREAD ? "" : luaL_checkstring(L, 1);
     kh_lua_co *c = K->current;
     if (c == NULL || c->wait != KH_WAIT_NONE)
         return luaL_error(L, "file reads wait in a handler, one at a time");
@@ -175,6 +255,26 @@ static int start(lua_State *L, int op)
         r = uv_fs_stat(loop, &f->req, f->path, stat_cb);
     } else if (op == FS_REALPATH) {
         r = uv_fs_realpath(loop, &f->req, f->path, realpath_cb);
+    } else if (op == FS_OPEN) {
+        r = uv_fs_open(loop, &f->req, f->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0, open_cb);
+    } else if (op == FS_PREAD) {
+        lua_Number off = luaL_checknumber(L, 2), len = luaL_checknumber(L, 3);
+        if (!(off >= 0) || !(len >= 1) || len > 1048576.0) {
+            fsreq_free(f);
+            return luaL_argerror(L, 3, "offset >= 0 and length: 1 byte to 1 MiB");
+        }
+        size_t want = (size_t)len;
+        if (h->buf == NULL || h->cap < want) {
+            free(h->buf);
+            h->buf = kh_xcalloc(1, want);
+            h->cap = want;
+        }
+        f->file = h;
+        h->busy = 1;
+        uv_buf_t b = uv_buf_init(h->buf, (unsigned)want);
+        r = uv_fs_read(loop, &f->req, h->fd, &b, 1, (int64_t)off, pread_cb);
+        if (r < 0)
+            h->busy = 0;
     } else {
         lua_Number off = luaL_checknumber(L, 2), len = luaL_checknumber(L, 3);
         if (!(off >= 0) || !(len >= 0) || len > 1073741824.0) {
@@ -202,6 +302,23 @@ static int start(lua_State *L, int op)
 static int l_stat(lua_State *L) { return start(L, FS_STAT); }
 static int l_realpath(lua_State *L) { return start(L, FS_REALPATH); }
 static int l_read(lua_State *L) { return start(L, FS_READ); }
+static int l_open(lua_State *L) { return start(L, FS_OPEN); }
+static int l_pread(lua_State *L) { return start(L, FS_PREAD); }
+
+/* fs_close(handle): closes now (also the handle's __gc); a read in flight finishes first */
+static int l_close(lua_State *L)
+{
+    kh_lua_file **ph = luaL_checkudata(L, 1, FILE_MT);
+    kh_lua_file *h = *ph;
+    *ph = NULL;
+    if (h) {
+        if (h->busy)
+            h->orphan = 1;
+        else
+            file_free(h);
+    }
+    return 0;
+}
 
 void kh__lua_fs_abandon(kh_lua_co *c)
 {
@@ -214,7 +331,14 @@ void kh__lua_fs_abandon(kh_lua_co *c)
 void kh__lua_open_fs(lua_State *L, kh_lua *K)
 {
     static const luaL_Reg fns[] = {
-        {"fs_stat", l_stat}, {"fs_realpath", l_realpath}, {"fs_read", l_read}, {NULL, NULL}};
+        {"fs_stat", l_stat},   {"fs_realpath", l_realpath}, {"fs_read", l_read},
+        {"fs_open", l_open},   {"fs_pread", l_pread},       {"fs_close", l_close},
+        {NULL, NULL}};
+    if (luaL_newmetatable(L, FILE_MT)) {
+        lua_pushcfunction(L, l_close);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
     for (const luaL_Reg *f = fns; f->name; f++) {
         lua_pushlightuserdata(L, K);
         lua_pushcclosure(L, f->func, 1);

@@ -10,9 +10,13 @@
 -- Replies: Content-Type by extension, ETag (size-mtime) and Last-Modified with 304 for
 -- If-None-Match / If-Modified-Since, one byte range (206, Content-Range; 416 when it starts past
 -- the end; several ranges get the whole file, 200), precompressed .br/.zst/.gz siblings by
--- Accept-Encoding (with Vary). NOT streamed yet: the bytes sent (the file or the range) are read
--- into memory, at most opts.max_bytes (default 16 MiB, then 500 with a log line); streaming with
--- backpressure waits for the streaming-reply seam (res:write + drain).
+-- Accept-Encoding (with Vary). A file up to cache.file_bytes (64 KiB) is read whole and answered
+-- from memory; a larger one is streamed with Content-Length: 64 KiB reads into one buffer per
+-- reply (core.fs_open/fs_pread), each written under the stream's backpressure (res:write's
+-- seam), so a download holds about stream_high_water + 64 KiB whatever the file's size.
+-- Per-worker cache (opts.cache, see resolve below): realpath+stat results and small files'
+-- bytes, revalidated after cache.valid seconds, so a hot small file needs no thread-pool hop.
+-- opts.max_bytes (the old in-memory cap) is accepted and ignored: nothing large is read whole.
 local core = require "khamsin.core"
 local errors = require "khamsin.errors"
 errors.own()
@@ -22,6 +26,9 @@ local type, tonumber, tostring, find, sub, lower, format, floor, concat =
     type, tonumber, tostring, string.find, string.sub, string.lower, string.format, math.floor,
     table.concat
 local fs_stat, fs_realpath, fs_read = core.fs_stat, core.fs_realpath, core.fs_read
+local fs_open, fs_pread, fs_close = core.fs_open, core.fs_pread, core.fs_close
+local respond, write, now_s = core.respond, core.stream_write, core.now
+local next, ipairs, rawset, error = next, ipairs, rawset, error
 
 local M = {}
 
@@ -124,38 +131,113 @@ local function check_segments(rel, dotfiles)
     return true
 end
 
+-- The per-worker cache (like nginx's open_file_cache): path -> the result of realpath + stat
+-- (errors too), trusted for cache.valid seconds, then checked again; a regular file's bytes are
+-- kept with it when the file is at most cache.file_bytes and the cache holds less than
+-- cache.total_bytes. The bytes are kept across a revalidation only when the file's identity
+-- (real path, size, mtime to the nanosecond, inode, device) did not change. At most
+-- cache.entries paths: when full, an arbitrary entry makes room. Keys are paths already
+-- checked (check_segments) and built from the root, so the traversal rules do not change.
+local function drop(st, path)
+    local e = st.meta[path]
+    if e then
+        st.meta[path] = nil
+        st.count = st.count - 1
+        if e.data then st.total = st.total - #e.data end
+    end
+end
+
+local function resolve(st, path)
+    local c = st.cache
+    local e = c and st.meta[path]
+    local now = c and now_s()
+    if e and now - e.t < c.valid then return e end
+    local ok, real = fs_realpath(path)
+    local n = { t = now, ok = false, key = path }
+    if ok then
+        local ok2, size, mtime, kind, nsec, ino, dev = fs_stat(real)
+        if ok2 then
+            n.ok, n.real, n.size, n.mtime, n.kind = true, real, size, mtime, kind
+            n.id = format("%s\0%d\0%d\0%d\0%d\0%d", real, size, mtime, nsec or 0, ino or 0, dev or 0)
+        end
+    end
+    if not c then return n end
+    if e and e.id == n.id and e.data then
+        n.data, n.lm = e.data, e.lm -- unchanged: keep the bytes (drop/insert keep total right)
+    end
+    if e then drop(st, path) end
+    if st.count >= c.entries then drop(st, (next(st.meta))) end
+    st.meta[path] = n
+    st.count = st.count + 1
+    if n.data then st.total = st.total + #n.data end
+    return n
+end
+
+local CHUNK = 65536
+
+-- Streams bytes first..first+n-1 of file with Content-Length n: 64 KiB reads into the handle's
+-- one buffer, each written under backpressure (waits while stream_high_water bytes are queued).
+local function stream_file(req, res, status, headers, file, first, n)
+    local h
+    if req.method ~= "HEAD" and n > 0 then
+        local ok
+        ok, h = fs_open(file)
+        if not ok then return not_found() end
+    end
+    local ok, err = respond(res._s, res._g, status, nil, headers, nil, "stream", n)
+    if ok == false then
+        if h then fs_close(h) end
+        raise(err)
+    end
+    rawset(res, "_streaming", true)
+    if ok == nil or not h then
+        if h then fs_close(h) end
+        return
+    end
+    local off, last = first, first + n
+    while off < last do
+        local want = last - off
+        if want > CHUNK then want = CHUNK end
+        local okr, bytes = fs_pread(h, off, want)
+        if not okr or #bytes == 0 then
+            fs_close(h)
+            -- the file shrank or failed after the head promised n bytes: the reply cannot end well
+            error("k.static: " .. file .. ": read failed or the file shrank during the reply", 0)
+        end
+        off = off + #bytes
+        if not write(res._s, res._g, bytes, "wait") then break end -- the client left
+    end
+    fs_close(h)
+end
+
 local function serve(st, req, res)
     local rel = req.params.path or ""
     if sub(rel, -1) == "/" then rel = sub(rel, 1, -2) end -- "dir/" asks for its index
     if not check_segments(rel, st.dotfiles) then return not_found() end
     local path = rel == "" and st.root or (st.root .. "/" .. rel)
-    local ok, real = fs_realpath(path)
-    if not ok then return not_found() end
-    if not st.follow and not inside(st.root, real) then return not_found() end
-    local size, mtime, kind
-    ok, size, mtime, kind = fs_stat(real)
-    if not ok then return not_found() end
-    if kind == "dir" then
+    local e = resolve(st, path)
+    if not e.ok then return not_found() end
+    if not st.follow and not inside(st.root, e.real) then return not_found() end
+    if e.kind == "dir" then
         if not st.index then return not_found() end
-        real = real .. "/" .. st.index
-        ok, size, mtime, kind = fs_stat(real)
-        if not ok then return not_found() end
+        e = resolve(st, e.real .. "/" .. st.index)
+        if not e.ok or (not st.follow and not inside(st.root, e.real)) then return not_found() end
     end
-    if kind ~= "file" then return not_found() end
+    if e.kind ~= "file" then return not_found() end
+    local real = e.real
     local headers = { ["Content-Type"] = content_type(real), ["Accept-Ranges"] = "bytes",
         ["Cache-Control"] = st.cache_control }
-    local file, enc = real, nil
+    local enc = nil
     if st.precompressed then
         headers["Vary"] = "Accept-Encoding"
-        local acc = accepted(req.headers["accept-encoding"])
-        for _, s in ipairs(SIBLINGS) do
-            if acc[s[1]] then
-                local cand = real .. s[2]
-                local ok2, creal = fs_realpath(cand)
-                if ok2 and (st.follow or inside(st.root, creal)) then
-                    local ok3, csize, cmtime, ckind = fs_stat(creal)
-                    if ok3 and ckind == "file" then
-                        file, enc, size, mtime = creal, s[1], csize, cmtime
+        local ae = req.headers["accept-encoding"]
+        if ae then
+            local acc = accepted(ae)
+            for _, s in ipairs(SIBLINGS) do
+                if acc[s[1]] then
+                    local ce = resolve(st, real .. s[2])
+                    if ce.ok and ce.kind == "file" and (st.follow or inside(st.root, ce.real)) then
+                        e, enc = ce, s[1]
                         headers["Content-Encoding"] = enc
                         break
                     end
@@ -163,9 +245,11 @@ local function serve(st, req, res)
             end
         end
     end
+    local file, size, mtime = e.real, e.size, e.mtime
     local etag = format('"%x-%x%s"', size, mtime, enc and ("-" .. enc) or "")
+    if not e.lm then e.lm = http_date(mtime) end
     headers["ETag"] = etag
-    headers["Last-Modified"] = http_date(mtime)
+    headers["Last-Modified"] = e.lm
     -- conditionals (RFC 9110 §13.2.2): If-None-Match wins over If-Modified-Since
     local inm = req.headers["if-none-match"]
     if inm then
@@ -201,28 +285,33 @@ local function serve(st, req, res)
         end
     end
     local n = last - first + 1
-    if n > st.max_bytes then
-        core.log(0, "k.static: " .. file .. " is " .. n .. " bytes, above max_bytes (" .. st.max_bytes
-            .. "): static replies are not streamed yet")
-        return 500, "Internal Server Error\n"
+    local c = st.cache
+    local data = e.data
+    if not data and size <= st.small and (req.method ~= "HEAD" or size == 0) then
+        -- small: read whole (one open+read+close), kept in the cache when there is room
+        if size > 0 then
+            local okr, bytes = fs_read(file, 0, size)
+            if not okr then return not_found() end
+            if #bytes ~= size then return 500, "Internal Server Error\n" end -- the file shrank
+            data = bytes
+        else
+            data = ""
+        end
+        if c and st.meta[e.key] == e and st.total + size <= c.total_bytes then
+            e.data = data
+            st.total = st.total + size
+        end
     end
-    local data = ""
-    if n > 0 and req.method ~= "HEAD" then
-        local okr, bytes = fs_read(file, first, n)
-        if not okr then return not_found() end
-        if #bytes ~= n then return 500, "Internal Server Error\n" end -- the file shrank
-        data = bytes
-    elseif req.method == "HEAD" then
-        -- the engine sends HEAD's head only; Content-Length must still be the GET's
-        local okr, bytes = fs_read(file, first, n)
-        if not okr then return not_found() end
-        data = bytes
+    if data then
+        if status == 206 then data = sub(data, first + 1, last + 1) end
+        return status, data, headers
     end
-    return status, data, headers
+    return stream_file(req, res, status, headers, file, first, n)
 end
 
 local OPTS = { index = 1, follow_symlinks = 1, dotfiles = 1, precompressed = 1, max_bytes = 1,
-    cache_control = 1 }
+    cache_control = 1, cache = 1 }
+local CACHE_DEFAULTS = { valid = 1, entries = 1024, file_bytes = 65536, total_bytes = 16777216 }
 
 local ffi_ok, ffi = pcall(require, "ffi")
 
@@ -264,9 +353,30 @@ function M.register(k, prefix, dir, opts)
     -- at load time (no request is served yet): resolve dir once, as every check compares to it
     local root = ffi_ok and realpath_now(dir)
     if not root then raise("k.static: '" .. dir .. "' does not exist (or cannot be resolved)") end
+    local cache = nil
+    if opts.cache ~= false then
+        if opts.cache ~= nil and opts.cache ~= true and type(opts.cache) ~= "table" then
+            raise("k.static: cache must be false, true or a table {valid=, entries=, file_bytes=, "
+                .. "total_bytes=}")
+        end
+        local given = type(opts.cache) == "table" and opts.cache or {}
+        cache = {}
+        for key, def in pairs(CACHE_DEFAULTS) do cache[key] = def end
+        for key, v in pairs(given) do
+            if CACHE_DEFAULTS[key] == nil then
+                raise("k.static: unknown cache option '" .. tostring(key) .. "'")
+            end
+            if type(v) ~= "number" or v < 0 or (key == "entries" and (v < 1 or v % 1 ~= 0)) then
+                raise("k.static: cache." .. key .. " must be a " .. (key == "entries"
+                    and "positive integer" or "number >= 0"))
+            end
+            cache[key] = v
+        end
+    end
     local st = { root = root, index = opts.index or nil, follow = opts.follow_symlinks == true,
         dotfiles = opts.dotfiles == true, precompressed = opts.precompressed ~= false,
-        max_bytes = opts.max_bytes or 16777216, cache_control = opts.cache_control }
+        cache_control = opts.cache_control, cache = cache, meta = {}, count = 0, total = 0,
+        small = cache and cache.file_bytes or 65536 }
     local pattern = (prefix == "/" and "" or prefix:gsub("/+$", "")) .. "/*path"
     k.get(pattern, function(req, res) return serve(st, req, res) end)
 end

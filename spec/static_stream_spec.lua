@@ -12,6 +12,7 @@ local root = os.getenv("KH_STATIC_ROOT")
 k.static("/s", root)
 k.static("/nocache", root, { cache = false })
 k.static("/tiny", root, { cache = { valid = 0.2, entries = 2, file_bytes = 16, total_bytes = 32 } })
+k.get("/gc", function() collectgarbage() collectgarbage() return "ok" end)
 k.get("/misuse", function(req)
     local opts = ({
         a = { cache = "yes" }, b = { cache = { bogus = 1 } }, c = { cache = { entries = 0 } },
@@ -94,6 +95,28 @@ describe("k.static streaming and cache", function()
             assert.are.equal("", r.body)
         end)
     end
+
+    it("closes the file of a download the client left (no fd leak), and still serves", function()
+        local function fds()
+            local p = io.popen("ls /proc/" .. srv.pid .. "/fd | wc -l")
+            local n = tonumber(p:read("*a"))
+            p:close()
+            return n
+        end
+        assert.are.equal("ok", srv:request { path = "/gc" }.body)
+        local before = fds()
+        for i = 1, 4 do
+            local flag = i % 2 == 0 and "--http1.1" or "--http2-prior-knowledge"
+            os.execute("curl -s " .. flag .. " --limit-rate 2M --max-time 0.5 -o /dev/null "
+                .. server.sh_quote(srv:url("/s/big.bin")) .. " 2>/dev/null")
+        end
+        assert.truthy(server.wait_until(20, function()
+            srv:request { path = "/gc" }
+            return fds() <= before
+        end, 0.2), "fds before " .. before .. ", now " .. fds())
+        local r = srv:request { path = "/s/big.bin", headers = { Range = "bytes=0-15" } }
+        assert.are.equal("000000000000001\n", r.body)
+    end)
 
     it("sees a changed file within the revalidation period (same size too)", function()
         server.write_file(root .. "/v.txt", "version-1")

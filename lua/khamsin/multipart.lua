@@ -1,9 +1,9 @@
 -- khamsin.multipart: req:multipart(opts), a multipart/form-data body (RFC 7578) read part by
 -- part: each part's headers, then its data in chunks. Loaded on the first req:multipart().
 -- The parser is core/kh_multipart.c (sans-io, fuzzed); this file feeds it chunks and turns its
--- events into parts. The chunks come from one function, `source`: today it yields the buffered
--- body (req:body(), under body_bytes) once; with req:body_reader() the one line in M.new that
--- makes it becomes `local r = req:body_reader(); source = function() return r:read() end`.
+-- events into parts. The chunks come from one function, `source`: req:body_reader(), so parts
+-- stream as the body arrives (under body_window); a route declared { stream_body = true } takes
+-- uploads past body_bytes, bounded by max_total_bytes (spec/multipart_stream_spec.lua).
 -- Limits (400 with the reason past each): opts.max_parts (limit multipart_parts),
 -- opts.max_header_bytes (multipart_header_bytes), opts.max_part_bytes (multipart_part_bytes),
 -- opts.max_total_bytes (body_bytes). reader:all() keeps file parts in memory (opts.files =
@@ -284,9 +284,10 @@ function M.new(req, opts)
         opts.max_part_bytes or core.limit("multipart_part_bytes"),
         opts.max_total_bytes or core.limit("body_bytes"))
     if not p then bad("invalid multipart body: " .. err) end
-    -- the chunk source (see the header): the buffered body, once
-    local body = req:body()
-    local source = function() local b = body; body = nil; return b end
+    -- the chunk source: req:body_reader(), chunks as they arrive under body_window (a route
+    -- declared with {stream_body = true} takes uploads past body_bytes; max_total_bytes bounds
+    -- them here)
+    local source = req:body_reader()
     return setmetatable({ _p = p, _source = source, _chunk = "", _off = 0, _opts = opts,
         _req = req }, reader_mt)
 end

@@ -17,6 +17,8 @@
  *          --stall-headers    open a request stream, send the first bytes of a HEADERS frame
  *                             and nothing more; succeed when the server resets the stream
  *                             (its header timeout), printing "reset 0xCODE"
+ *          --leave-after N    once N body bytes arrived, close the connection (CONNECTION_CLOSE)
+ *                             and exit 0: a client leaving an endless stream (SSE)
  *          --linger S         after the last response keep the connection open S seconds,
  *                             and say so if the server closes it meanwhile
  * Out:   exit 0 when every response arrived complete; 1 otherwise (a message on stderr).
@@ -46,6 +48,7 @@ typedef struct {
     size_t body_len;
     FILE *dump, *out;
     int repeat, conns, verbose, stall_headers;
+    long long leave_after;
     double timeout, linger;
     long long declare_length;
 } opts_t;
@@ -63,6 +66,7 @@ typedef struct {
     int done_requests, in_flight, status, failed, closed, body_sent;
     int complete; /* the current response ended */
     int raw_pending;  /* --stall-headers: the partial frame is still to be sent */
+    long long body_bytes; /* of the current response, for --leave-after */
     uint64_t linger_until;
     uint64_t last_progress;
 } client_t;
@@ -124,8 +128,11 @@ static int h_recv_data(nghttp3_conn *h, int64_t sid, const uint8_t *d, size_t n,
 {
     (void)h, (void)sud;
     client_t *c = ud;
-    if (O.out)
+    if (O.out) {
         fwrite(d, 1, n, O.out);
+        fflush(O.out); /* a reader of a stream (SSE) sees each piece as it arrives */
+    }
+    c->body_bytes += (long long)n;
     ngtcp2_conn_extend_max_stream_offset(c->qc, sid, n);
     ngtcp2_conn_extend_max_offset(c->qc, n);
     return 0;
@@ -552,6 +559,10 @@ static int run_conn(void)
     for (;;) {
         if (c.failed)
             break;
+        if (O.leave_after > 0 && c.body_bytes >= O.leave_after) {
+            rc = 0;
+            break; /* client_close sends CONNECTION_CLOSE */
+        }
         if (c.done_requests == O.repeat) {
             if (O.linger > 0 && c.linger_until == 0)
                 c.linger_until = now_ns() + (uint64_t)(O.linger * 1e9);
@@ -676,6 +687,8 @@ int main(int argc, char **argv)
             O.timeout = atof(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "--declare-length") == 0)
             O.declare_length = atoll(argv[++i]);
+        else if (i + 1 < argc && strcmp(a, "--leave-after") == 0)
+            O.leave_after = atoll(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "--linger") == 0)
             O.linger = atof(argv[++i]);
         else if (strcmp(a, "--stall-headers") == 0)

@@ -204,7 +204,7 @@ static int cb_end_headers(nghttp3_conn *ng, int64_t sid, int fin, void *ud, void
         return 0;
     kh_stream *s = hs->s;
     hs->flags |= HS_HEAD_DONE;
-    kh_str method = {0}, path = {0}, authority = {0}, host = {0};
+    kh_str method = {0}, path = {0}, authority = {0}, host = {0}, protocol = {0};
     int64_t clen = -1;
     kh_header *fields = kh_xmalloc((hs->nfields + 2) * sizeof *fields);
     size_t n = 0, at = 0;
@@ -222,6 +222,8 @@ static int cb_end_headers(nghttp3_conn *ng, int64_t sid, int fin, void *ud, void
                 path = val;
             else if (kh_str_eq(nm, ":authority", 10))
                 authority = val;
+            else if (kh_str_eq(nm, ":protocol", 9))
+                protocol = val;
             continue;
         }
         /* RFC 9114 §4.2.1: cookie may be split; rejoined as one, as over HTTP/1.1 */
@@ -268,9 +270,17 @@ static int cb_end_headers(nghttp3_conn *ng, int64_t sid, int fin, void *ud, void
         kh_quic_reset_stream(h->q, sid, NGHTTP3_H3_MESSAGE_ERROR);
         return 0;
     }
-    if (kh_stream_expect_body(s, fin ? 0 : clen) != 0) /* over body_bytes: on_head answers 413 */
-        kh_stream_allow_large_body(s);                 /* unless the route streams its body */
-    set_deadline(h, hs, fin ? T_NONE : T_BODY);
+    if (protocol.len && kh_str_eq(method, "CONNECT", 7)) {
+        /* extended CONNECT (RFC 9220): a tunnel request; its DATA is the tunnel's, read once
+         * the app accepts (kh_stream_accept_tunnel), so no body is expected before that */
+        kh_stream_mark_tunnel(s, protocol);
+        kh_stream_expect_body(s, 0);
+        set_deadline(h, hs, T_NONE);
+    } else {
+        if (kh_stream_expect_body(s, fin ? 0 : clen) != 0) /* over body_bytes: 413 ... */
+            kh_stream_allow_large_body(s);                 /* unless the route streams it */
+        set_deadline(h, hs, fin ? T_NONE : T_BODY);
+    }
     queue_dispatch(h, hs);
     return 0;
 }
@@ -389,6 +399,7 @@ kh_h3 *kh_h3_new(kh_quic_conn *q)
     st.qpack_max_dtable_capacity = 4096;
     st.qpack_blocked_streams = 100;
     st.max_field_section_size = h->w->limits->header_bytes;
+    st.enable_connect_protocol = 1; /* RFC 9220: WebSocket (tunnels) over h3 */
     int64_t ctrl, enc, dec;
     if (nghttp3_conn_server_new(&h->ng, &cb, &st, nghttp3_mem_default(), h) != 0) {
         free(h);
@@ -509,7 +520,7 @@ int kh_h3_on_timeout(kh_h3 *h, uint64_t now)
 {
     for (h3_stream *hs = h->streams, *next; hs; hs = next) {
         next = hs->next;
-        if (hs->tkind == T_NONE || hs->deadline > now)
+        if (hs->tkind == T_NONE || hs->deadline > now || (hs->s->flags & KH_STREAM_F_TUNNEL))
             continue;
         int kind = hs->tkind;
         hs->tkind = T_NONE;
@@ -667,6 +678,12 @@ static void h3_reset(kh_stream *s, int err)
     kh_quic_reset_stream(h->q, hs->sid, NGHTTP3_H3_INTERNAL_ERROR);
 }
 
+static int h3_tunnel(kh_stream *s, const kh_header *hdr, size_t n)
+{
+    /* RFC 9220 §3 (RFC 8441 §5): a 2xx answers the extended CONNECT; DATA follows both ways */
+    return h3_head(s, 200, hdr, n, -1);
+}
+
 static size_t h3_queued(kh_stream *s)
 {
     h3_stream *hs = HS(s);
@@ -711,6 +728,7 @@ static const kh_sink_vt h3_sink = {
     .reset = h3_reset,
     .queued = h3_queued,
     .consumed = h3_consumed,
+    .tunnel = h3_tunnel,
 };
 
 const char *kh_h3_versions(void)

@@ -2,11 +2,13 @@
 -- waits on the h3 sink's queue (bytes not yet acknowledged by the peer) and is resumed from the
 -- QUIC flush pass, SSE events reach an h3 client while the stream stays open, req:body_reader
 -- reads a multi-MB upload whose stream window comes back only as the handler consumes, and a
--- client that leaves ends the SSE stream (send returns nil, "closed"). Client: our kh-h3get.
+-- client that leaves ends the SSE stream (send returns nil, "closed"); a k.websocket endpoint
+-- answers an extended CONNECT with :protocol websocket (RFC 9220). Client: our kh-h3get.
 local server = require "spec.helpers.server"
 
 local sh_quote = server.sh_quote
 local MB = 1024 * 1024
+local bit = require "bit"
 
 local APP = [[
 local k = require "khamsin"
@@ -44,6 +46,10 @@ k.get("/until_gone", function(req, res)
   end
 end)
 k.get("/get/:k", function(req) return tostring(shared:get(req.params.k)) end)
+k.websocket("/ws", {
+  message = function(ws, data) ws:send("echo:" .. data) end,
+  close = function(ws, code) shared:set("ws_close", tostring(code)) end,
+})
 ]]
 
 local function h3get_bin()
@@ -147,5 +153,26 @@ describe("HTTP/3 streams (res:write, SSE, body_reader)", function()
             return g ~= "nil" and g
         end)
         assert.are.equal("closed", v)
+    end)
+
+    it("WebSocket over h3: extended CONNECT (RFC 9220) reaches k.websocket, frames both ways", function()
+        -- a masked text frame "hi" (RFC 6455 §5.3: mask 01 02 03 04)
+        local frame = srv.dir .. "/ws.frame"
+        local f = assert(io.open(frame, "wb"))
+        f:write(string.char(0x81, 0x82, 1, 2, 3, 4, bit.bxor(("h"):byte(), 1), bit.bxor(("i"):byte(), 2)))
+        f:close()
+        local out = srv.dir .. "/ws.body"
+        local done = background(srv, h3cmd(srv, port, "/ws", out, { "--protocol", "websocket",
+            "-H", "sec-websocket-version: 13", "-d", "@" .. frame, "--leave-after", "9",
+            "--timeout", "30" }))
+        assert.are.equal(0, server.wait_until(30, done), server.read_file(out .. ".err"))
+        assert.truthy(server.read_file(out .. ".head"):find("^HTTP/3 200"), server.read_file(out .. ".head"))
+        assert.are.equal(string.char(0x81, 7) .. "echo:hi", server.read_file(out))
+        -- the client left without a close frame: the socket ends (1006, no status received)
+        local v = server.wait_until(20, function()
+            local g = srv:request { proto = "h1+tls", path = "/get/ws_close" }.body
+            return g ~= "nil" and g
+        end)
+        assert.are.equal("1006", v)
     end)
 end)

@@ -8,6 +8,13 @@
  * Out:   kh_stream_on_* events; stream data for kh_quic to send (kh_h3_writev).
  * Never: calls ngtcp2 (kh_quic.h is the way down), or dispatches a request from inside an
  *        nghttp3 callback (dispatches queue until nghttp3_conn_read_stream returns).
+ * Streams (kh_stream.h's seam): sink queued is a stream's response bytes not yet acknowledged
+ *        (nghttp3 holds them until then); an ack for a stream whose app waits marks drain_due,
+ *        and kh_h3_after_write (kh_quic's write pass, outside every library callback) calls
+ *        kh_stream_on_drain. An incremental body credits the connection's window on arrival
+ *        and the stream's as the app consumes (h3_consumed). An extended CONNECT with :protocol
+ *        (RFC 9220, SETTINGS_ENABLE_CONNECT_PROTOCOL on) is a tunnel request; accepted, 200 and
+ *        DATA both ways, the client's FIN its end (no tunnel_idle_timeout_ms on h3 yet).
  * Timeouts: header_timeout_ms from a stream's first byte to its complete head (then the stream
  *        is reset with H3_REQUEST_INCOMPLETE), body_timeout_ms between body bytes while the
  *        body is incomplete (408 as on h1/h2); the keep-alive idle timeout is QUIC's own

@@ -161,6 +161,8 @@ void kh__lua_on_message(void *app, kh_chan_msg *m);
 /* Any thread (the supervisor): kh_app_vt.interrupt. */
 void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms);
 void kh__lua_close_cos(kh_lua *K);
+/* kh_lua_wait.c: drops the holds of deferred replies / held streams when the state closes */
+void kh__lua_close_defers(kh_lua *K);
 /* package.path for a state: the app's directory, then khamsin's modules. */
 void kh__lua_set_path(lua_State *L, const char *script);
 

@@ -161,8 +161,15 @@ void kh__lua_close_cos(kh_lua *K)
         kh_lua_co *c = K->live.live_next;
         kh__lua_wait_cleanup(K, c);
         if (c->s) {
-            c->s->app_data = NULL;
-            c->s->app_wait = KH_WAIT_NONE;
+            /* the coroutine's ref goes as finish() drops it; the connection (closed after the
+             * state) drops the protocol's, and kh_stream_on_reset a deferred reply's hold */
+            kh_stream *s = c->s;
+            c->s = NULL;
+            s->app_data = NULL;
+            s->app_wait = KH_WAIT_NONE;
+            if (s->app_defer == NULL)
+                s->flags &= ~KH_STREAM_F_APP;
+            kh_stream_release(s);
         }
         live_unlink(c);
         kh_app_inst_release(K->inst);

@@ -204,6 +204,7 @@ static void worker_close(void *app)
     kh_lua *K = app;
     if (K == NULL)
         return;
+    kh__lua_close_defers(K);
     kh__lua_close_cos(K);
     kh__lua_close_timers(K); /* before lua_close: timer handles' __gc look at them */
     kh__lua_irq_put(K);      /* the interrupt's signal handler forgets this state */

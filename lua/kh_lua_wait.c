@@ -369,6 +369,54 @@ void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c)
 
 /* ---- deferred replies ---- */
 
+/* The streams this state holds by defer_hold, in a registry table (lightuserdata -> true), so
+ * that closing the state (the worker stops, or a retired instance ends) drops their holds even
+ * when the abort event that would have dropped them never got to run. */
+static char defer_key;
+
+static void defer_track(lua_State *L, kh_stream *s, int on)
+{
+    lua_pushlightuserdata(L, &defer_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushlightuserdata(L, &defer_key);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, LUA_REGISTRYINDEX);
+    }
+    lua_pushlightuserdata(L, s);
+    if (on)
+        lua_pushboolean(L, 1);
+    else
+        lua_pushnil(L);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
+
+void kh__lua_close_defers(kh_lua *K)
+{
+    lua_State *L = K->L;
+    lua_pushlightuserdata(L, &defer_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        kh_stream *s = lua_touserdata(L, -2);
+        lua_pop(L, 1);
+        if (s && s->app_defer == K) {
+            s->app_defer = NULL;
+            if (s->app_data == NULL)
+                s->flags &= ~KH_STREAM_F_APP;
+            kh_stream_release(s); /* the hold's ref; the connection still has its own */
+        }
+    }
+    lua_pop(L, 1);
+}
+
 /* defer_hold(s, gen) -> true | nil, "closed": the stream stays open after the handler returns */
 static int l_defer_hold(lua_State *L)
 {
@@ -384,6 +432,7 @@ static int l_defer_hold(lua_State *L)
         return luaL_error(L, "res:defer() was already called for this request");
     s->app_defer = K;
     kh_stream_retain(s);
+    defer_track(L, s, 1);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -397,6 +446,7 @@ static int l_defer_release(lua_State *L)
         return 1;
     }
     s->app_defer = NULL;
+    defer_track(L, s, 0);
     if (s->app_data == NULL) {
         /* no coroutine runs for it any more: the app is done with the stream */
         s->flags &= ~KH_STREAM_F_APP;

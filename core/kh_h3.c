@@ -501,6 +501,14 @@ void kh_h3_shutdown(kh_h3 *h)
         return;
     h->shutdown = 1;
     nghttp3_conn_shutdown(h->ng); /* GOAWAY: streams already open are finished */
+    /* long-lived streams (an idle SSE stream, a tunnel) would hold the stop until the grace
+     * period: they end now (H3_REQUEST_CANCELLED; the app hears on_abort when they close) */
+    for (h3_stream *hs = h->streams; hs; hs = hs->next)
+        if (hs->s->flags & (KH_STREAM_F_HELD | KH_STREAM_F_TUNNEL)) {
+            nghttp3_conn_shutdown_stream_read(h->ng, hs->sid);
+            kh_quic_stop_sending(h->q, hs->sid, NGHTTP3_H3_REQUEST_CANCELLED);
+            kh_quic_reset_stream(h->q, hs->sid, NGHTTP3_H3_REQUEST_CANCELLED);
+        }
     kh_quic_dirty(h->q);
 }
 

@@ -3,8 +3,9 @@
 -- always with Vary: Accept-Encoding when the response qualifies; never twice, never over the
 -- app's own Content-Encoding, never for 204/304/HEAD/206. Decoded with curl --compressed and
 -- independent decoders (python3 zlib and brotli, the zstd command), over h1 and h2.
--- Streaming (a flush per write) is covered by the C unit test core/test/test_compress.c: the
--- output after each flush decodes to everything written so far.
+-- Streaming (a flush per write): res:write and SSE replies are compressed as they go (the C unit
+-- test core/test/test_compress.c checks each flush decodes to everything written so far; the
+-- last describe here checks it end to end with curl).
 local server = require "helpers.server"
 
 local APP = [[
@@ -33,6 +34,18 @@ k.get("/range", function(req, res)
     return 206, html:sub(1, 2048)
 end)
 k.get("/etag", function(req, res) res:etag("e1"); return html end)
+k.get("/write", function(req, res)
+    res.headers["Content-Type"] = "text/plain"
+    for i = 1, 50 do
+        assert(res:write(("line %d of a streamed compressible reply\n"):format(i):rep(20)))
+        if i % 10 == 0 then k.sleep(0.01) end
+    end
+end)
+k.get("/sse", function(req, res)
+    local sse = res:sse()
+    sse:send{event = "first", data = "one"}
+    k.sleep(30)
+end)
 ]]
 
 local PY = "/usr/bin/python3"
@@ -160,4 +173,43 @@ describe("compression off (the default)", function()
         assert.is_nil(r.headers["content-encoding"])
         assert.is_nil(r.headers["vary"])
     end)
+end)
+
+describe("compression of streamed replies", function()
+    local srv
+    setup(function() srv = server.start { app = APP, args = { "--limit", "compress=1" } } end)
+    teardown(function() if srv then srv:stop() end end)
+    local want = {}
+    for i = 1, 50 do want[#want + 1] = ("line %d of a streamed compressible reply\n"):format(i):rep(20) end
+    want = table.concat(want)
+    for _, p in ipairs { { "h1", "--http1.1" }, { "h2c", "--http2-prior-knowledge" } } do
+        it("res:write chunks decode to the whole body, each coding (" .. p[1] .. ")", function()
+            for _, coding in ipairs { "gzip", "br", "zstd" } do
+                local out = os.tmpname()
+                local hdr = os.tmpname()
+                os.execute("curl -s " .. p[2] .. " -H 'Accept-Encoding: " .. coding .. "' -D " .. hdr
+                    .. " -o " .. out .. " --max-time 20 " .. server.sh_quote(srv:url("/write")))
+                local h = server.read_file(hdr) or ""
+                local body = server.read_file(out) or ""
+                os.remove(out); os.remove(hdr)
+                assert.truthy(h:lower():find("content-encoding: " .. coding, 1, true), coding .. ": " .. h)
+                assert.truthy(#body < #want / 4, coding)
+                assert.are.equal(want, decode(coding, body), coding)
+            end
+        end)
+        it("an SSE event is flushed compressed before the stream ends (" .. p[1] .. ")", function()
+            local out = os.tmpname()
+            local t0 = os.time()
+            -- curl decodes as bytes arrive; without a flush per write nothing would decode
+            local hdr = os.tmpname()
+            os.execute("curl -s -N --compressed " .. p[2] .. " --max-time 4 -D " .. hdr .. " -o " .. out
+                .. " " .. server.sh_quote(srv:url("/sse")) .. " >/dev/null 2>&1")
+            local body = server.read_file(out) or ""
+            local h = (server.read_file(hdr) or ""):lower()
+            os.remove(out); os.remove(hdr)
+            assert.truthy(h:find("content%-encoding: [a-z]+"), h)
+            assert.truthy(os.time() - t0 < 15)
+            assert.truthy(body:find("event: first\ndata: one\n\n", 1, true), body)
+        end)
+    end
 end)

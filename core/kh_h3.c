@@ -8,6 +8,13 @@
  * Out:   kh_stream_on_* events; stream data for kh_quic to send (kh_h3_writev).
  * Never: calls ngtcp2 (kh_quic.h is the way down), or dispatches a request from inside an
  *        nghttp3 callback (dispatches queue until nghttp3_conn_read_stream returns).
+ * Streams (kh_stream.h's seam): sink queued is a stream's response bytes not yet acknowledged
+ *        (nghttp3 holds them until then); an ack for a stream whose app waits marks drain_due,
+ *        and kh_h3_after_write (kh_quic's write pass, outside every library callback) calls
+ *        kh_stream_on_drain. An incremental body credits the connection's window on arrival
+ *        and the stream's as the app consumes (h3_consumed). An extended CONNECT with :protocol
+ *        (RFC 9220, SETTINGS_ENABLE_CONNECT_PROTOCOL on) is a tunnel request; accepted, 200 and
+ *        DATA both ways, the client's FIN its end (no tunnel_idle_timeout_ms on h3 yet).
  * Timeouts: header_timeout_ms from a stream's first byte to its complete head (then the stream
  *        is reset with H3_REQUEST_INCOMPLETE), body_timeout_ms between body bytes while the
  *        body is incomplete (408 as on h1/h2); the keep-alive idle timeout is QUIC's own
@@ -50,6 +57,9 @@ typedef struct h3_stream {
     uint32_t flags;
     chunk *head, *tail, *unsent; /* the body: unsent is the first not handed to nghttp3 */
     uint64_t acked;              /* bytes of head acknowledged so far */
+    uint64_t held;               /* bytes in the chunk list (sink queued: held - acked) */
+    uint64_t owed;               /* incremental body bytes not yet credited to the stream's
+                                  * flow-control window (credited as the app consumes) */
     uint64_t deadline;
     int tkind;
 } h3_stream;
@@ -62,6 +72,7 @@ struct kh_h3 {
     h3_stream *pend_head, *pend_tail;
     uint32_t nstreams;
     int shutdown;
+    int drain_due; /* an ack shrank a queue whose app waits: kh_h3_after_write tells it */
 };
 
 static const kh_sink_vt h3_sink;
@@ -88,6 +99,7 @@ static void free_chunks(h3_stream *hs)
         free(c);
     }
     hs->tail = hs->unsent = NULL;
+    hs->held = hs->acked = 0;
 }
 
 /* The stream is over on the h3 side: unlinked, and the app told (it drops the protocol's ref). */
@@ -199,7 +211,7 @@ static int cb_end_headers(nghttp3_conn *ng, int64_t sid, int fin, void *ud, void
         return 0;
     kh_stream *s = hs->s;
     hs->flags |= HS_HEAD_DONE;
-    kh_str method = {0}, path = {0}, authority = {0}, host = {0};
+    kh_str method = {0}, path = {0}, authority = {0}, host = {0}, protocol = {0};
     int64_t clen = -1;
     kh_header *fields = kh_xmalloc((hs->nfields + 2) * sizeof *fields);
     size_t n = 0, at = 0;
@@ -217,6 +229,8 @@ static int cb_end_headers(nghttp3_conn *ng, int64_t sid, int fin, void *ud, void
                 path = val;
             else if (kh_str_eq(nm, ":authority", 10))
                 authority = val;
+            else if (kh_str_eq(nm, ":protocol", 9))
+                protocol = val;
             continue;
         }
         /* RFC 9114 §4.2.1: cookie may be split; rejoined as one, as over HTTP/1.1 */
@@ -263,8 +277,17 @@ static int cb_end_headers(nghttp3_conn *ng, int64_t sid, int fin, void *ud, void
         kh_quic_reset_stream(h->q, sid, NGHTTP3_H3_MESSAGE_ERROR);
         return 0;
     }
-    kh_stream_expect_body(s, fin ? 0 : clen); /* over body_bytes: kh_stream_on_head answers 413 */
-    set_deadline(h, hs, fin ? T_NONE : T_BODY);
+    if (protocol.len && kh_str_eq(method, "CONNECT", 7)) {
+        /* extended CONNECT (RFC 9220): a tunnel request; its DATA is the tunnel's, read once
+         * the app accepts (kh_stream_accept_tunnel), so no body is expected before that */
+        kh_stream_mark_tunnel(s, protocol);
+        kh_stream_expect_body(s, 0);
+        set_deadline(h, hs, T_NONE);
+    } else {
+        if (kh_stream_expect_body(s, fin ? 0 : clen) != 0) /* over body_bytes: 413 ... */
+            kh_stream_allow_large_body(s);                 /* unless the route streams it */
+        set_deadline(h, hs, fin ? T_NONE : T_BODY);
+    }
     queue_dispatch(h, hs);
     return 0;
 }
@@ -274,7 +297,14 @@ static int cb_recv_data(nghttp3_conn *ng, int64_t sid, const uint8_t *data, size
 {
     kh_h3 *h = ud;
     h3_stream *hs = sud;
-    kh_quic_consumed(h->q, sid, len); /* copied into the stream's body below (or dropped) */
+    if (hs && hs->s->proto && (hs->s->flags & KH_STREAM_F_BODY_STREAM)) {
+        /* incremental body: the stream's window comes back as the app consumes (h3_consumed),
+         * the connection's now, so one slow reader holds no other stream */
+        kh_quic_consumed_conn(h->q, len);
+        hs->owed += len;
+    } else {
+        kh_quic_consumed(h->q, sid, len); /* copied into the stream's body below (or dropped) */
+    }
     if (hs == NULL || hs->s->proto == NULL)
         return 0;
     set_deadline(h, hs, T_BODY);
@@ -314,9 +344,15 @@ static int cb_acked(nghttp3_conn *ng, int64_t sid, uint64_t n, void *ud, void *s
     if (hs == NULL)
         return 0;
     hs->acked += n;
+    if (hs->s->flags & KH_STREAM_F_WANT_DRAIN) {
+        kh_h3 *h = ud;
+        h->drain_due = 1; /* the app runs from the flush pass, never from here */
+        kh_quic_dirty(h->q);
+    }
     while (hs->head && hs->head != hs->unsent && hs->acked >= hs->head->len) {
         chunk *c = hs->head;
         hs->acked -= c->len;
+        hs->held -= c->len;
         hs->head = c->next;
         if (hs->tail == c)
             hs->tail = NULL;
@@ -370,6 +406,7 @@ kh_h3 *kh_h3_new(kh_quic_conn *q)
     st.qpack_max_dtable_capacity = 4096;
     st.qpack_blocked_streams = 100;
     st.max_field_section_size = h->w->limits->header_bytes;
+    st.enable_connect_protocol = 1; /* RFC 9220: WebSocket (tunnels) over h3 */
     int64_t ctrl, enc, dec;
     if (nghttp3_conn_server_new(&h->ng, &cb, &st, nghttp3_mem_default(), h) != 0) {
         free(h);
@@ -464,6 +501,14 @@ void kh_h3_shutdown(kh_h3 *h)
         return;
     h->shutdown = 1;
     nghttp3_conn_shutdown(h->ng); /* GOAWAY: streams already open are finished */
+    /* long-lived streams (an idle SSE stream, a tunnel) would hold the stop until the grace
+     * period: they end now (H3_REQUEST_CANCELLED; the app hears on_abort when they close) */
+    for (h3_stream *hs = h->streams; hs; hs = hs->next)
+        if (hs->s->flags & (KH_STREAM_F_HELD | KH_STREAM_F_TUNNEL)) {
+            nghttp3_conn_shutdown_stream_read(h->ng, hs->sid);
+            kh_quic_stop_sending(h->q, hs->sid, NGHTTP3_H3_REQUEST_CANCELLED);
+            kh_quic_reset_stream(h->q, hs->sid, NGHTTP3_H3_REQUEST_CANCELLED);
+        }
     kh_quic_dirty(h->q);
 }
 
@@ -490,7 +535,7 @@ int kh_h3_on_timeout(kh_h3 *h, uint64_t now)
 {
     for (h3_stream *hs = h->streams, *next; hs; hs = next) {
         next = hs->next;
-        if (hs->tkind == T_NONE || hs->deadline > now)
+        if (hs->tkind == T_NONE || hs->deadline > now || (hs->s->flags & KH_STREAM_F_TUNNEL))
             continue;
         int kind = hs->tkind;
         hs->tkind = T_NONE;
@@ -500,6 +545,8 @@ int kh_h3_on_timeout(kh_h3 *h, uint64_t now)
             nghttp3_conn_shutdown_stream_read(h->ng, hs->sid);
             kh_quic_stop_sending(h->q, hs->sid, NGHTTP3_H3_REQUEST_INCOMPLETE);
             kh_quic_reset_stream(h->q, hs->sid, NGHTTP3_H3_REQUEST_INCOMPLETE);
+        } else if (hs->s->proto && (hs->s->flags & KH_STREAM_F_BODY_STREAM) && hs->s->body.len) {
+            set_deadline(h, hs, T_BODY); /* the app has not consumed: the client is not slow */
         } else if (hs->s->proto && hs->s->body_state == KH_BODY_READING) {
             kh_stream_on_body_error(hs->s, 408, "Request Timeout");
         }
@@ -611,6 +658,7 @@ static int h3_data(kh_stream *s, const char *p, size_t n, int fin)
         c->next = NULL;
         c->len = n;
         memcpy(c->data, p, n);
+        hs->held += n;
         if (hs->tail)
             hs->tail->next = c;
         else
@@ -645,12 +693,57 @@ static void h3_reset(kh_stream *s, int err)
     kh_quic_reset_stream(h->q, hs->sid, NGHTTP3_H3_INTERNAL_ERROR);
 }
 
+static int h3_tunnel(kh_stream *s, const kh_header *hdr, size_t n)
+{
+    /* RFC 9220 §3 (RFC 8441 §5): a 2xx answers the extended CONNECT; DATA follows both ways */
+    return h3_head(s, 200, hdr, n, -1);
+}
+
+static size_t h3_queued(kh_stream *s)
+{
+    h3_stream *hs = HS(s);
+    return (size_t)(hs->held - hs->acked);
+}
+
+static void h3_consumed(kh_stream *s, size_t n)
+{
+    kh_h3 *h = s->proto;
+    h3_stream *hs = HS(s);
+    size_t c = n < hs->owed ? n : (size_t)hs->owed; /* bytes credited on arrival stay credited */
+    hs->owed -= c;
+    if (c) {
+        kh_quic_consumed_stream(h->q, hs->sid, c); /* MAX_STREAM_DATA at the flush pass */
+        kh_quic_dirty(h->q);
+    }
+    if (s->body_state == KH_BODY_READING)
+        set_deadline(h, hs, T_BODY); /* the client may send again: its body timeout restarts */
+}
+
+/* After the flush pass wrote what it could (kh_quic's write_out, outside every library
+ * callback): tells the apps waiting for drain whose queue acks shrank (kh_stream_on_drain).
+ * They may write (h3_data only queues) or end streams, which close only in a later pass. */
+void kh_h3_after_write(kh_h3 *h)
+{
+    if (!h->drain_due)
+        return;
+    h->drain_due = 0;
+    h3_stream *next;
+    for (h3_stream *hs = h->streams; hs; hs = next) {
+        next = hs->next;
+        if ((hs->s->flags & KH_STREAM_F_WANT_DRAIN) && hs->s->proto)
+            kh_stream_on_drain(hs->s);
+    }
+}
+
 static const kh_sink_vt h3_sink = {
     .name = "h3",
     .head = h3_head,
     .data = h3_data,
     .want_body = h3_want_body,
     .reset = h3_reset,
+    .queued = h3_queued,
+    .consumed = h3_consumed,
+    .tunnel = h3_tunnel,
 };
 
 const char *kh_h3_versions(void)

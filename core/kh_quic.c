@@ -326,6 +326,8 @@ static int write_out(kh_quic_conn *q)
         send_to(q->sock, ps.path.remote.addr, buf, (size_t)n);
     }
     ngtcp2_conn_update_pkt_tx_time(q->qc, ts);
+    if (q->h3)
+        kh_h3_after_write(q->h3); /* apps waiting for drain; what they queue goes next pass */
     /* a request in flight keeps the connection from idling out: PINGs at half the timeout */
     ngtcp2_conn_set_keep_alive_timeout(q->qc, q->h3 && kh_h3_busy(q->h3)
                                                   ? q->ep->w->limits->keepalive_timeout_ms *
@@ -391,6 +393,16 @@ void kh_quic_consumed(kh_quic_conn *q, int64_t sid, size_t n)
 {
     ngtcp2_conn_extend_max_stream_offset(q->qc, sid, n);
     ngtcp2_conn_extend_max_offset(q->qc, n);
+}
+
+void kh_quic_consumed_conn(kh_quic_conn *q, size_t n)
+{
+    ngtcp2_conn_extend_max_offset(q->qc, n);
+}
+
+void kh_quic_consumed_stream(kh_quic_conn *q, int64_t sid, size_t n)
+{
+    ngtcp2_conn_extend_max_stream_offset(q->qc, sid, n);
 }
 
 void kh_quic_stop_sending(kh_quic_conn *q, int64_t sid, uint64_t code)

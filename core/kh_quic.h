@@ -36,6 +36,10 @@ uint32_t kh_quic_id(kh_quic_conn *q);
 const kh_addr *kh_quic_peer(kh_quic_conn *q);
 /* Credits n consumed bytes of stream sid back to the peer (stream and connection windows). */
 void kh_quic_consumed(kh_quic_conn *q, int64_t sid, size_t n);
+/* The two halves of kh_quic_consumed, for an incremental body: the connection's window at
+ * once, the stream's as the app consumes. */
+void kh_quic_consumed_conn(kh_quic_conn *q, size_t n);
+void kh_quic_consumed_stream(kh_quic_conn *q, int64_t sid, size_t n);
 void kh_quic_stop_sending(kh_quic_conn *q, int64_t sid, uint64_t code);
 void kh_quic_reset_stream(kh_quic_conn *q, int64_t sid, uint64_t code);
 int kh_quic_open_uni(kh_quic_conn *q, int64_t *sid);
@@ -62,6 +66,9 @@ ssize_t kh_h3_writev(kh_h3 *h, int64_t *sid, int *fin, kh_iov *v, size_t n);
 void kh_h3_blocked(kh_h3 *h, int64_t sid);
 void kh_h3_write_shut(kh_h3 *h, int64_t sid);
 int kh_h3_written(kh_h3 *h, int64_t sid, size_t n);
+/* After the write pass, outside ngtcp2/nghttp3 callbacks: streams waiting for drain whose
+ * queue shrank are told (the app may run and queue more: the connection is marked dirty). */
+void kh_h3_after_write(kh_h3 *h);
 /* Graceful stop: GOAWAY; returns 1 once no request stream is left (then close). */
 void kh_h3_shutdown(kh_h3 *h);
 int kh_h3_done(kh_h3 *h);

@@ -105,6 +105,8 @@ kh_worker *kh_quic_worker(kh_quic_conn *q) { (void)q; return &W; }
 uint32_t kh_quic_id(kh_quic_conn *q) { (void)q; return 1; }
 const kh_addr *kh_quic_peer(kh_quic_conn *q) { (void)q; return &peer; }
 void kh_quic_consumed(kh_quic_conn *q, int64_t sid, size_t n) { (void)q, (void)sid, (void)n; }
+void kh_quic_consumed_conn(kh_quic_conn *q, size_t n) { (void)q, (void)n; }
+void kh_quic_consumed_stream(kh_quic_conn *q, int64_t sid, size_t n) { (void)q, (void)sid, (void)n; }
 void kh_quic_stop_sending(kh_quic_conn *q, int64_t sid, uint64_t c) { (void)q, (void)sid, (void)c; }
 void kh_quic_reset_stream(kh_quic_conn *q, int64_t sid, uint64_t c) { (void)q, (void)sid, (void)c; }
 int kh_quic_open_uni(kh_quic_conn *q, int64_t *sid)

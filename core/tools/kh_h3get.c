@@ -17,6 +17,10 @@
  *          --stall-headers    open a request stream, send the first bytes of a HEADERS frame
  *                             and nothing more; succeed when the server resets the stream
  *                             (its header timeout), printing "reset 0xCODE"
+ *          --protocol P       extended CONNECT (RFC 9220): :method CONNECT (unless -X), :protocol
+ *                             P; the -d bytes go once a 2xx came, and the stream stays open
+ *          --leave-after N    once N body bytes arrived, close the connection (CONNECTION_CLOSE)
+ *                             and exit 0: a client leaving an endless stream (SSE)
  *          --linger S         after the last response keep the connection open S seconds,
  *                             and say so if the server closes it meanwhile
  * Out:   exit 0 when every response arrived complete; 1 otherwise (a message on stderr).
@@ -46,6 +50,8 @@ typedef struct {
     size_t body_len;
     FILE *dump, *out;
     int repeat, conns, verbose, stall_headers;
+    long long leave_after;
+    const char *protocol;
     double timeout, linger;
     long long declare_length;
 } opts_t;
@@ -63,6 +69,7 @@ typedef struct {
     int done_requests, in_flight, status, failed, closed, body_sent;
     int complete; /* the current response ended */
     int raw_pending;  /* --stall-headers: the partial frame is still to be sent */
+    long long body_bytes; /* of the current response, for --leave-after */
     uint64_t linger_until;
     uint64_t last_progress;
 } client_t;
@@ -101,6 +108,8 @@ static int h_recv_header(nghttp3_conn *h, int64_t sid, int32_t token, nghttp3_rc
     nghttp3_vec n = nghttp3_rcbuf_get_buf(name), v = nghttp3_rcbuf_get_buf(value);
     if (n.len == 7 && memcmp(n.base, ":status", 7) == 0) {
         c->status = atoi((const char *)v.base);
+        if (O.protocol && c->status / 100 == 2)
+            nghttp3_conn_resume_stream(h, sid); /* the tunnel is open: send the -d bytes */
         if (O.dump)
             fprintf(O.dump, "HTTP/3 %.*s\r\n", (int)v.len, v.base);
     } else if (O.dump) {
@@ -124,8 +133,11 @@ static int h_recv_data(nghttp3_conn *h, int64_t sid, const uint8_t *d, size_t n,
 {
     (void)h, (void)sud;
     client_t *c = ud;
-    if (O.out)
+    if (O.out) {
         fwrite(d, 1, n, O.out);
+        fflush(O.out); /* a reader of a stream (SSE) sees each piece as it arrives */
+    }
+    c->body_bytes += (long long)n;
     ngtcp2_conn_extend_max_stream_offset(c->qc, sid, n);
     ngtcp2_conn_extend_max_offset(c->qc, n);
     return 0;
@@ -200,6 +212,8 @@ static nghttp3_ssize read_body(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, s
 {
     (void)h, (void)sid, (void)veccnt, (void)sud;
     client_t *c = ud;
+    if (O.protocol && (c->status / 100 != 2 || c->body_sent))
+        return NGHTTP3_ERR_WOULDBLOCK; /* a tunnel: after its 2xx, and it stays open */
     if (O.declare_length > (long long)O.body_len && c->body_sent)
         return NGHTTP3_ERR_WOULDBLOCK; /* the rest never comes */
     if (O.declare_length <= (long long)O.body_len)
@@ -232,6 +246,8 @@ static int submit_request(client_t *c)
     nv[k++] = NV(":scheme", "https");
     nv[k++] = NV(":authority", O.authority);
     nv[k++] = NV(":path", O.path);
+    if (O.protocol)
+        nv[k++] = NV(":protocol", O.protocol);
     static char names[64][128];
     char clen[32];
     for (int i = 0; i < O.nhdrs; i++) {
@@ -251,7 +267,7 @@ static int submit_request(client_t *c)
             v++;
         nv[k++] = NV(names[i], v);
     }
-    if (O.body) {
+    if (O.body && !O.protocol) {
         snprintf(clen, sizeof clen, "%lld",
                  O.declare_length ? O.declare_length : (long long)O.body_len);
         nv[k++] = NV("content-length", clen);
@@ -552,6 +568,10 @@ static int run_conn(void)
     for (;;) {
         if (c.failed)
             break;
+        if (O.leave_after > 0 && c.body_bytes >= O.leave_after) {
+            rc = 0;
+            break; /* client_close sends CONNECTION_CLOSE */
+        }
         if (c.done_requests == O.repeat) {
             if (O.linger > 0 && c.linger_until == 0)
                 c.linger_until = now_ns() + (uint64_t)(O.linger * 1e9);
@@ -676,6 +696,10 @@ int main(int argc, char **argv)
             O.timeout = atof(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "--declare-length") == 0)
             O.declare_length = atoll(argv[++i]);
+        else if (i + 1 < argc && strcmp(a, "--protocol") == 0)
+            O.protocol = argv[++i];
+        else if (i + 1 < argc && strcmp(a, "--leave-after") == 0)
+            O.leave_after = atoll(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "--linger") == 0)
             O.linger = atof(argv[++i]);
         else if (strcmp(a, "--stall-headers") == 0)
@@ -690,7 +714,7 @@ int main(int argc, char **argv)
     if (!url || strncmp(url, "https://", 8) != 0 || O.repeat < 1 || O.conns < 1)
         usage();
     if (!O.method)
-        O.method = O.body ? "POST" : "GET";
+        O.method = O.protocol ? "CONNECT" : O.body ? "POST" : "GET";
     static char host[300], port[300] = "443", authority[300];
     const char *h = url + 8, *slash = strchr(h, '/');
     size_t hl = slash ? (size_t)(slash - h) : strlen(h);

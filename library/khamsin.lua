@@ -13,11 +13,6 @@
 ---@alias khamsin.Headers table<string, string|string[]|false> a list repeats a header, false removes one
 
 --- A route's handler: returns `body`, `status, body` or `status, body, headers`.
---- A WebSocket (k.websocket). `ws:send` from the socket's own handlers waits while
---- `stream_high_water` bytes are queued; from anywhere else it never waits, and a socket with
---- `stream_out_cap` bytes queued is closed 1008. `ws:subscribe(topic)`: each
---- `k.publish(topic, string)` on any worker is sent to it.
----@alias khamsin.WebSocket {id: string, protocol: string?, req: khamsin.Request, send: fun(self, data: string, binary: boolean?): (true|nil, string?), ping: fun(self, data: string?): (true|nil, string?), close: fun(self, code: integer?, reason: string?): true, subscribe: fun(self, topic: string), unsubscribe: fun(self, topic: string)}
 ---@alias khamsin.Handler fun(req: khamsin.Request, res: khamsin.Response): (khamsin.Status|khamsin.Body)?, khamsin.Body?, khamsin.Headers?
 
 ---@class khamsin
@@ -342,7 +337,7 @@ function Response:finish() end
 
 --- Server-Sent Events: sends the text/event-stream head and returns the stream. `return sse`
 --- from the handler keeps it open after the handler (for `k.send_to(sse.id, ...)`).
----@return {id: string, last_event_id: string?, send: fun(self, ev: {event: string?, data: any, id: string?, retry: integer?}|string): (true|nil, string?), comment: fun(self, text: string?): (true|nil, string?), close: fun(self), on_close: fun(self, fn: fun(sse: table, why: string))}
+---@return khamsin.SSE
 function Response:sse() end
 
 --- Adds a Set-Cookie header.
@@ -614,6 +609,64 @@ function Socket:getpeername() end
 ---@param name string
 ---@param value boolean
 function Socket:setoption(name, value) end
+
+---@class khamsin.SSE
+---@field id string the stream's id for k.send_to
+---@field last_event_id string? the request's Last-Event-ID
+local SSE = {}
+
+--- Sends one event (multi-line data becomes several `data:` lines; CR/LF in event or id is an
+--- error). In the handler's own coroutine it waits while `stream_high_water` bytes are queued.
+---@param ev {event: string?, data: any, id: string?, retry: integer?}|string
+---@return true|nil ok
+---@return string? err "closed" once the client left or the stream ended
+function SSE:send(ev) end
+
+--- A comment line (`: text`), as the automatic keep-alive sends.
+---@param text string?
+---@return true|nil ok
+---@return string? err
+function SSE:comment(text) end
+
+--- Ends the stream.
+function SSE:close() end
+
+--- `fn(sse, why)` runs once when the stream ends (the client left, :close(), slow consumer).
+---@param fn fun(sse: khamsin.SSE, why: string)
+function SSE:on_close(fn) end
+
+--- A WebSocket (k.websocket). `ws:send` from the socket's own handlers waits while
+--- `stream_high_water` bytes are queued; from anywhere else it never waits, and a socket with
+--- `stream_out_cap` bytes queued is closed 1008. `ws:subscribe(topic)`: each
+--- `k.publish(topic, string)` on any worker is sent to it.
+---@class khamsin.WebSocket
+---@field id string the socket's id for k.send_to
+---@field protocol string? the subprotocol chosen
+---@field req khamsin.Request the upgrade request
+local WebSocket = {}
+
+---@param data string
+---@param binary boolean?
+---@return true|nil ok
+---@return string? err
+function WebSocket:send(data, binary) end
+
+---@param data string?
+---@return true|nil ok
+---@return string? err
+function WebSocket:ping(data) end
+
+--- Starts the close handshake (code 1000 by default).
+---@param code integer?
+---@param reason string?
+---@return true
+function WebSocket:close(code, reason) end
+
+---@param topic string
+function WebSocket:subscribe(topic) end
+
+---@param topic string
+function WebSocket:unsubscribe(topic) end
 
 ---@class khamsin.Timer
 local Timer = {}

@@ -2,7 +2,7 @@
 -- the public API. The annotated names come from parsing the file (its layout: `---@class C`,
 -- then `local X = {}`, then `function X.f` / `function X:m` and `---@field f` lines); the real
 -- names from a server whose handler walks k, k.log, k.json, req, res, a deferred reply, a shared
--- dict and a timer handle: their keys, their metatables' __index tables, and the method tables
+-- dict, a timer handle, an SSE stream and a WebSocket: their keys, their metatables' __index tables, and the method tables
 -- an __index function reaches (its table upvalues holding functions); names starting with "_"
 -- are private. Each annotated name must also index to something, so a lazy member counts.
 -- A failure names every missing name, in both directions.
@@ -16,6 +16,7 @@ local OBJECTS = {
     ["khamsin.Multipart"] = "multipart", ["khamsin.Part"] = "part",
     ["khamsin.socket"] = "k.socket", ["khamsin.Socket"] = "sock",
     ["khamsin.http"] = "k.http", ["khamsin.HttpResponse"] = "hres",
+    ["khamsin.SSE"] = "sse", ["khamsin.WebSocket"] = "ws",
 }
 
 -- Names annotated ahead of the code that adds them: missing from the module is not an error for
@@ -100,6 +101,22 @@ local function walk(label, obj, out)
     for n in pairs(found) do out[#out + 1] = "have " .. label .. " " .. n end
 end
 
+-- an SSE stream and a WebSocket walked where they exist; their lines go to a shared dict that
+-- "/" reads after fetching them itself
+local function walked(label, obj)
+    local out = {}
+    walk(label, obj, out)
+    dict:set(label, table.concat(out, "\n") .. "\n")
+end
+k.get("/sse", function(req, res)
+    local sse = res:sse()
+    walked("sse", sse)
+    sse:close()
+end)
+k.websocket("/ws", {
+    protocols = { "chat" },
+    open = function(ws) walked("ws", ws); ws:close(1000) end,
+})
 k.get("/", function(req, res)
     if req.args.inner then return "inner" end
     local out = {}
@@ -121,7 +138,7 @@ k.get("/", function(req, res)
     t:cancel()
     local d = res:defer()
     walk("d", d, out)
-    d:send(200, table.concat(out, "\n") .. "\n")
+    d:send(200, table.concat(out, "\n") .. "\n" .. (dict:get("sse") or "") .. (dict:get("ws") or ""))
 end)
 ]]
 end
@@ -137,7 +154,22 @@ describe("LuaLS annotations (library/khamsin.lua)", function()
     it("name every public function and field of the module, and nothing else", function()
         local want = annotated(server.root .. "/library/khamsin.lua")
         assert.truthy(want.k and want.k.get and want.req and want.req.body, "the parser found nothing")
-        local srv = server.start { app = app_source(want), tls = false }
+        local srv = server.start { app = app_source(want), tls = false, workers = 1 }
+        -- the SSE stream and the WebSocket are walked by their own requests first
+        local s = srv:request { path = "/sse", headers = { ["Last-Event-ID"] = "7" } }
+        assert.are.equal(200, s.status)
+        local py = io.popen("/usr/bin/python3 -c " .. server.sh_quote(
+            "import asyncio, websockets\n"
+            .. "async def main():\n"
+            .. "    async with websockets.connect('ws://127.0.0.1:" .. srv.port .. "/ws', subprotocols=['chat']) as w:\n"
+            .. "        try:\n"
+            .. "            await asyncio.wait_for(w.recv(), 10)\n"
+            .. "        except websockets.ConnectionClosed:\n"
+            .. "            pass\n"
+            .. "asyncio.run(main())\n") .. " 2>&1")
+        local pyout = py:read("*a")
+        py:close()
+        assert.are.equal("", pyout)
         local r = srv:request { path = "/?x=1", headers = { Cookie = "a=b", ["X-Request-Id"] = "meta",
             ["Content-Type"] = "multipart/form-data; boundary=b" },
             body = '--b\r\nContent-Disposition: form-data; name="f"; filename="f.txt"\r\n'
@@ -180,7 +212,7 @@ describe("LuaLS annotations (library/khamsin.lua)", function()
     it("the parser sees every class and method of the file", function()
         local want = annotated(server.root .. "/library/khamsin.lua")
         for _, label in ipairs { "k", "k.log", "k.json", "req", "res", "d", "dict", "timer",
-            "k.socket", "sock", "k.http", "hres" } do
+            "k.socket", "sock", "k.http", "hres", "sse", "ws" } do
             assert.truthy(want[label] and next(want[label]), "no names for " .. label)
         end
         assert.truthy(want.res.defer and want.d.send and want.dict.incr and want.timer.cancel

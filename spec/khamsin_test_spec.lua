@@ -1,7 +1,8 @@
 -- spec/khamsin_test_spec.lua: khamsin.test (lua/khamsin/test.lua), the helper users write their
 -- specs with: examples/hello_spec.lua passes under PUC Lua 5.1 as well as LuaJIT (busted runs
 -- this file under LuaJIT, .busted); a start failure raises with the log; fail_on_errors turns
--- [error] lines into a failure; a request to a stopped app returns nil and curl's message.
+-- [error] lines into a failure; a request to a stopped app returns nil and curl's message; with
+-- http3 = true the same requests go over HTTP/3 (proto "h3", khamsin's own client kh-h3get).
 local server = require "helpers.server"
 local kt = require "khamsin.test" -- lua/ is on .busted's lpath
 
@@ -65,5 +66,37 @@ k.get("/boom", function() error("boom") end)
         res, err = app:get("/")
         assert.is_nil(res)
         assert.truthy(err:find("stopped", 1, true), err)
+    end)
+
+    it("makes the same requests over HTTP/3 with http3 = true", function()
+        local app = kt.start { bin = bin, http3 = true, source = [[
+local k = require "khamsin"
+k.get("/", function(req) return "hello " .. req.version end)
+k.post("/echo", function(req, res)
+    res.headers["X-Got"] = req.headers["x-test"] or "none"
+    return 201, req:body()
+end)
+]] }
+        for _, proto in ipairs { "h1", "h2", "h3" } do
+            local r = assert(app:request { path = "/", proto = proto })
+            assert.are.equal(200, r.status, proto)
+            assert.truthy(r.body:find("^hello "), proto)
+        end
+        local r = assert(app:request { proto = "h3", method = "POST", path = "/echo",
+            headers = { ["X-Test"] = "yes" }, body = ("x"):rep(100000) })
+        assert.are.equal(201, r.status)
+        assert.are.equal("3", r.version)
+        assert.are.equal("yes", r.headers["x-got"])
+        assert.are.equal(100000, #r.body)
+        assert.are.equal(200, assert(app:request { proto = "h3", method = "HEAD", path = "/" }).status)
+        app:stop()
+    end)
+
+    it("asks for http3 = true when proto h3 is used without it", function()
+        local app = kt.start { bin = bin, source = "require('khamsin').get('/', function() return 'x' end)" }
+        local ok, err = pcall(app.request, app, { proto = "h3" })
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find("http3 = true", 1, true), err)
+        app:stop()
     end)
 end)

@@ -104,12 +104,27 @@ function M.bin()
     return "khamsin"
 end
 
--- Parses the "listening on HOST:PORT (tcp|tls)" lines of a log.
+-- The HTTP/3 client (proto "h3"): $KHAMSIN_H3GET, else kh-h3get next to the binary (the build
+-- directory), else `kh-h3get` on PATH. It is khamsin's own client (core/tools/kh_h3get.c):
+-- Debian's curl has no HTTP/3.
+function M.h3get(bin)
+    local c = os.getenv("KHAMSIN_H3GET")
+    if c and c ~= "" then return c end
+    local dir = (bin or M.bin()):match("^(.*)/[^/]*$")
+    if dir then
+        local p = dir .. "/kh-h3get"
+        local f = io.open(p)
+        if f then f:close(); return p end
+    end
+    return "kh-h3get"
+end
+
+-- Parses the "listening on HOST:PORT (tcp|tls|quic)" lines of a log.
 local function listening(log)
     local out = {}
     for host, port, kind in log:gmatch("listening on (%S+):(%d+) %((%a+)%)") do
-        if kind == "tcp" or kind == "tls" then
-            out[#out + 1] = { host = host, port = tonumber(port), tls = kind == "tls" }
+        if kind == "tcp" or kind == "tls" or kind == "quic" then
+            out[#out + 1] = { host = host, port = tonumber(port), tls = kind == "tls", quic = kind == "quic" }
         end
     end
     return out
@@ -145,11 +160,11 @@ local function rmdir(dir)
     end
 end
 
--- kt.start{app = "path/app.lua" | source = "lua code", tls = false, workers = 1, args = {},
---          env = {}, bin = M.bin(), timeout = 10, fail_on_errors = false}
+-- kt.start{app = "path/app.lua" | source = "lua code", tls = false, http3 = false, workers = 1,
+--          args = {}, env = {}, bin = M.bin(), timeout = 10, fail_on_errors = false}
 -- Starts the app on 127.0.0.1, a free port (cleartext; with tls = true a TLS listener too, with
--- a self-signed certificate) and returns once it is listening. Raises with the log when it
--- does not start.
+-- a self-signed certificate; with http3 = true also HTTP/3 on that port, which implies tls) and
+-- returns once it is listening. Raises with the log when it does not start.
 function M.start(opts)
     opts = opts or {}
     if type(opts) == "string" then opts = { app = opts } end
@@ -176,6 +191,10 @@ function M.start(opts)
     self.script = script
 
     local args = { "--listen", "tcp://127.0.0.1:0" }
+    if opts.http3 then
+        opts.tls = true
+        args[#args + 1] = "--http3"
+    end
     if opts.tls then
         args[#args + 1] = "--listen"
         args[#args + 1] = "tls://127.0.0.1:0"
@@ -206,7 +225,7 @@ function M.start(opts)
     end
     running[self] = true
 
-    local want = opts.tls and 2 or 1
+    local want = (opts.tls and 2 or 1) + (opts.http3 and 1 or 0)
     local found = wait_until(opts.timeout or 10, function()
         local l = listening(self:log())
         if #l >= want then return l end
@@ -222,7 +241,9 @@ function M.start(opts)
             code and ("exited with code " .. code) or "no \"listening on\" line in time", log), 2)
     end
     for _, l in ipairs(found) do
-        if l.tls then
+        if l.quic then
+            self.h3_url = "https://" .. l.host .. ":" .. l.port
+        elseif l.tls then
             self.tls_port = l.port
             self.tls_url = "https://" .. l.host .. ":" .. l.port
         else
@@ -300,10 +321,10 @@ local CURL = {
     ["h1+tls"] = { "--http1.1", "-k" },     -- -k: the certificate is self-signed
     h2 = { "--http2", "-k" },               -- HTTP/2 over TLS (ALPN)
 }
-M.protocols = { "h1", "h2c", "h1+tls", "h2" }
+M.protocols = { "h1", "h2c", "h1+tls", "h2" } -- and "h3" with kt.start{http3 = true}
 
 -- app:request{method = "GET", path = "/", headers = {name = value} or {{name, value}, ...},
---             body = nil, proto = "h1" | "h2c" | "h1+tls" | "h2", timeout = 10}
+--             body = nil, proto = "h1" | "h2c" | "h1+tls" | "h2" | "h3", timeout = 10}
 -- Returns {status = 200, headers = {lower-case name = value (repeated joined by ", ")},
 -- header_list = {{name, value}, ...}, body = "...", version = "1.1" | "2"}, or nil and curl's
 -- message when no response came (refused, reset, timed out), or nil when the app is stopped.
@@ -313,20 +334,31 @@ function App:request(r)
     if self.stopped then return nil, "khamsin.test: the app is stopped" end
     local proto = r.proto or "h1"
     local pargs = CURL[proto]
-    if not pargs then error("khamsin.test: unknown proto '" .. tostring(proto) .. "' (h1, h2c, h1+tls, h2)", 2) end
+    if proto == "h3" then
+        if not self.h3_url then
+            error("khamsin.test: proto h3 needs HTTP/3: kt.start{http3 = true, ...}", 2)
+        end
+        pargs = {}
+    end
+    if not pargs then error("khamsin.test: unknown proto '" .. tostring(proto) .. "' (h1, h2c, h1+tls, h2, h3)", 2) end
     local tls = proto == "h1+tls" or proto == "h2"
     if tls and not self.tls_port then
         error("khamsin.test: proto " .. proto .. " needs a TLS listener: kt.start{tls = true, ...}", 2)
     end
-    local url = (tls and self.tls_url or self.url) .. (r.path or "/")
+    local url = (proto == "h3" and self.h3_url or tls and self.tls_url or self.url) .. (r.path or "/")
     self.nreq = self.nreq + 1
     local base = string.format("%s/req%d", self.dir, self.nreq)
     local hdr, out, err, inp = base .. ".hdr", base .. ".body", base .. ".err", base .. ".in"
-    local args = { "curl", "-s", "-S", "-g", "--path-as-is", "--noproxy", "*",
-        "--max-time", tostring(r.timeout or 10), "-D", hdr, "-o", out }
+    local args
+    if proto == "h3" then -- kh-h3get takes curl's -X -H -d -D -o (never verifies: like -k)
+        args = { M.h3get(self.opts.bin), "--timeout", tostring(r.timeout or 10), "-D", hdr, "-o", out }
+    else
+        args = { "curl", "-s", "-S", "-g", "--path-as-is", "--noproxy", "*",
+            "--max-time", tostring(r.timeout or 10), "-D", hdr, "-o", out }
+    end
     for _, a in ipairs(pargs) do args[#args + 1] = a end
     local method = (r.method or "GET"):upper()
-    if method == "HEAD" then
+    if method == "HEAD" and proto ~= "h3" then
         args[#args + 1] = "-I"
     elseif method ~= "GET" or r.body then
         args[#args + 1] = "-X"
@@ -344,13 +376,13 @@ function App:request(r)
         args[#args + 1] = "-H"
         args[#args + 1] = h[2] == "" and (h[1] .. ";") or (h[1] .. ": " .. h[2])
     end
-    if not expect then
+    if not expect and proto ~= "h3" then
         args[#args + 1] = "-H"
         args[#args + 1] = "Expect:" -- no 100-continue round trip
     end
     if r.body then
         write_file(inp, r.body)
-        args[#args + 1] = "--data-binary"
+        args[#args + 1] = proto == "h3" and "-d" or "--data-binary"
         args[#args + 1] = "@" .. inp
     end
     args[#args + 1] = url
@@ -377,7 +409,7 @@ function App:request(r)
     local emsg = (read_file(err) or ""):gsub("%s+$", "")
     os.remove(hdr); os.remove(out); os.remove(err); os.remove(inp)
     if not res.status then
-        return nil, "curl exited with " .. tostring(code) .. ": " .. emsg
+        return nil, args[1]:match("[^/]*$") .. " exited with " .. tostring(code) .. ": " .. emsg
     end
     return res
 end

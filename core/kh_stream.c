@@ -320,14 +320,6 @@ void kh_stream_on_reset(kh_stream *s, int err)
         !app_gone(s)) {
         kh_worker *w = s->worker;
         w->cfg->app->on_abort(stream_app(s), s);
-    } else if ((s->flags & KH_STREAM_F_APP) && app_gone(s)) {
-        /* the app's state is closed (the worker stops) while it held the stream (a deferred
-         * reply, a held SSE stream or tunnel): nobody is left to drop that hold */
-        s->flags &= ~KH_STREAM_F_APP;
-        if (s->app_defer) {
-            s->app_defer = NULL;
-            kh_stream_release(s);
-        }
     }
     kh_stream_release(s); /* the protocol's ref */
 }

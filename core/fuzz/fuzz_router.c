@@ -145,6 +145,10 @@ static intptr_t ref_node_answer(const char *pat, kh_str method)
     }
     if (get && method_is(method, "HEAD"))
         return get;
+    /* "*" answers request methods, not route kinds: an "@websocket" tunnel must not land on a
+     * catch-all route that expects a plain request. */
+    if (method.len && method.ptr[0] == '@')
+        return 0;
     return any;
 }
 

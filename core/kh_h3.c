@@ -456,12 +456,15 @@ int kh_h3_stream_closed(kh_h3 *h, int64_t sid, uint64_t code)
     return r == 0 || r == NGHTTP3_ERR_STREAM_NOT_FOUND ? 0 : -1;
 }
 
+/* Both cases end the read side only. ngtcp2 0.12's stream_stop_sending callback (stop_sending
+ * 1) means *we* stop reading (it fires as our STOP_SENDING goes out, e.g. after a 413), not
+ * that the peer asked us to stop writing: shutting the write side there dropped the 413 that
+ * was still to be sent. A peer's STOP_SENDING makes ngtcp2 reset the stream itself; the next
+ * write then gets NGTCP2_ERR_STREAM_SHUT_WR and kh_h3_write_shut tells nghttp3. */
 void kh_h3_peer_reset(kh_h3 *h, int64_t sid, int stop_sending)
 {
-    if (stop_sending)
-        nghttp3_conn_shutdown_stream_write(h->ng, sid);
-    else
-        nghttp3_conn_shutdown_stream_read(h->ng, sid);
+    (void)stop_sending;
+    nghttp3_conn_shutdown_stream_read(h->ng, sid);
 }
 
 void kh_h3_unblock(kh_h3 *h, int64_t sid)

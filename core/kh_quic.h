@@ -56,7 +56,8 @@ void kh_h3_free(kh_h3 *h);
 ssize_t kh_h3_recv(kh_h3 *h, int64_t sid, const uint8_t *p, size_t n, int fin);
 int kh_h3_acked(kh_h3 *h, int64_t sid, uint64_t n);
 int kh_h3_stream_closed(kh_h3 *h, int64_t sid, uint64_t code);
-/* RESET_STREAM (stop_sending 0) or STOP_SENDING (1) from the peer */
+/* the read side ended: RESET_STREAM from the peer (stop_sending 0), or our own STOP_SENDING
+ * went out (1: ngtcp2's stream_stop_sending callback) */
 void kh_h3_peer_reset(kh_h3 *h, int64_t sid, int stop_sending);
 void kh_h3_unblock(kh_h3 *h, int64_t sid);
 void kh_h3_max_bidi(kh_h3 *h, uint64_t n);

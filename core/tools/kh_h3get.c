@@ -3,8 +3,16 @@
  * Owns:  one UDP socket, one QUIC connection at a time; a poll() loop (no libuv).
  * In:    argv: kh-h3get [options] https://HOST:PORT/PATH
  *          -X METHOD          request method (default GET, POST with -d)
- *          -H 'Name: value'   request header (repeatable)
- *          -d DATA | -d @FILE request body
+ *          -H 'Name: value'   request header (repeatable); as with curl, 'Name;' sends an empty
+ *                             value and 'Name:' sends nothing (it drops the default
+ *                             "user-agent: kh-h3get/1", which any -H User-Agent replaces)
+ *          -d DATA | -d @FILE request body (--data-binary is the same), with its content-length
+ *                             (none with -H 'Transfer-Encoding: chunked': HTTP/1.1
+ *                             connection fields are dropped, as curl does on h2)
+ *          -F name=value | name=@FILE[;type=T][;filename=F] | name=<FILE
+ *                             a multipart/form-data body part, as curl -F (repeatable)
+ *          --compressed       ask for "deflate, gzip, zstd" (Accept-Encoding) and decode the
+ *                             body (kh_http_decode.c) before writing it, as curl --compressed
  *          -D FILE            write the response head there (- for stdout), curl-like:
  *                             "HTTP/3 200" then "name: value" lines, then an empty line
  *          -o FILE            write the response body there (default stdout)
@@ -38,9 +46,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "kh_http_decode.h"
 
 typedef struct {
     const char *method, *host, *port, *path, *authority;
@@ -49,7 +60,7 @@ typedef struct {
     char *body;
     size_t body_len;
     FILE *dump, *out;
-    int repeat, conns, verbose, stall_headers;
+    int repeat, conns, verbose, stall_headers, compressed;
     long long leave_after;
     const char *protocol;
     double timeout, linger;
@@ -70,11 +81,22 @@ typedef struct {
     int complete; /* the current response ended */
     int raw_pending;  /* --stall-headers: the partial frame is still to be sent */
     long long body_bytes; /* of the current response, for --leave-after */
+    kh_hd *dec;           /* --compressed: the current response's Content-Encoding decoder */
+    int dec_failed;
     uint64_t linger_until;
     uint64_t last_progress;
 } client_t;
 
 static opts_t O;
+
+/* kh_http_decode.c's allocator (kh_common.h; the server's is in kh_err.c) */
+void *kh_xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n, size);
+    if (!p)
+        abort();
+    return p;
+}
 
 static uint64_t now_ns(void)
 {
@@ -112,8 +134,14 @@ static int h_recv_header(nghttp3_conn *h, int64_t sid, int32_t token, nghttp3_rc
             nghttp3_conn_resume_stream(h, sid); /* the tunnel is open: send the -d bytes */
         if (O.dump)
             fprintf(O.dump, "HTTP/3 %.*s\r\n", (int)v.len, v.base);
-    } else if (O.dump) {
-        fprintf(O.dump, "%.*s: %.*s\r\n", (int)n.len, n.base, (int)v.len, v.base);
+    } else {
+        if (O.compressed && n.len == 16 && memcmp(n.base, "content-encoding", 16) == 0 && !c->dec) {
+            int kind = kh_hd_kind_of((const char *)v.base, v.len);
+            if (kind > 0)
+                c->dec = kh_hd_new(kind, (uint64_t)1 << 32);
+        }
+        if (O.dump)
+            fprintf(O.dump, "%.*s: %.*s\r\n", (int)n.len, n.base, (int)v.len, v.base);
     }
     return 0;
 }
@@ -128,14 +156,28 @@ static int h_end_headers(nghttp3_conn *h, int64_t sid, int fin, void *ud, void *
     return 0;
 }
 
+static void write_body(void *arg, const char *p, size_t n)
+{
+    (void)arg;
+    if (O.out) {
+        fwrite(p, 1, n, O.out);
+        fflush(O.out); /* a reader of a stream (SSE) sees each piece as it arrives */
+    }
+}
+
 static int h_recv_data(nghttp3_conn *h, int64_t sid, const uint8_t *d, size_t n, void *ud,
                        void *sud)
 {
     (void)h, (void)sud;
     client_t *c = ud;
-    if (O.out) {
-        fwrite(d, 1, n, O.out);
-        fflush(O.out); /* a reader of a stream (SSE) sees each piece as it arrives */
+    if (c->dec) {
+        int r = kh_hd_feed(c->dec, (const char *)d, n, write_body, NULL);
+        if (r != 0 && !c->dec_failed) {
+            fprintf(stderr, "kh-h3get: --compressed: %s\n", kh_hd_error_reason(r));
+            c->dec_failed = 1;
+        }
+    } else {
+        write_body(NULL, (const char *)d, n);
     }
     c->body_bytes += (long long)n;
     ngtcp2_conn_extend_max_stream_offset(c->qc, sid, n);
@@ -156,6 +198,16 @@ static void finish_request(client_t *c)
 {
     if (!c->in_flight)
         return;
+    if (c->dec) {
+        int r = kh_hd_finish(c->dec);
+        if (r != 0 && !c->dec_failed)
+            fprintf(stderr, "kh-h3get: --compressed: %s\n", kh_hd_error_reason(r));
+        if (r != 0 || c->dec_failed)
+            c->failed = 1;
+        kh_hd_free(c->dec);
+        c->dec = NULL;
+    }
+    c->dec_failed = 0;
     if (O.verbose)
         fprintf(stderr, "status=%d\n", c->status);
     if (O.out)
@@ -226,6 +278,16 @@ static nghttp3_ssize read_body(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, s
     return 1;
 }
 
+static int conn_field(const char *n, size_t nl)
+{
+    static const char *const names[] = {"connection", "keep-alive", "proxy-connection",
+                                        "transfer-encoding", "upgrade"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == nl && strncasecmp(n, names[i], nl) == 0)
+            return 1;
+    return 0;
+}
+
 /* 0 when submitted; 1 when the server's stream limit says wait (MAX_STREAMS comes later) */
 static int submit_request(client_t *c)
 {
@@ -250,11 +312,33 @@ static int submit_request(client_t *c)
         nv[k++] = NV(":protocol", O.protocol);
     static char names[64][128];
     char clen[32];
+    int own_agent = 0, no_length = 0;
+    for (int i = 0; i < O.nhdrs; i++)
+        own_agent |= strncasecmp(O.hdrs[i], "user-agent", 10) == 0 &&
+                     (O.hdrs[i][10] == ':' || O.hdrs[i][10] == ';');
+    if (!own_agent)
+        nv[k++] = NV("user-agent", "kh-h3get/1");
     for (int i = 0; i < O.nhdrs; i++) {
         const char *colon = strchr(O.hdrs[i], ':');
-        if (!colon)
+        size_t hl = strlen(O.hdrs[i]);
+        int empty = !colon && hl > 1 && O.hdrs[i][hl - 1] == ';'; /* curl's "Name;" */
+        if (!colon && !empty)
             continue;
+        if (empty)
+            colon = O.hdrs[i] + hl - 1;
+        const char *v = empty ? "" : colon + 1;
+        while (*v == ' ')
+            v++;
+        if (!empty && *v == '\0')
+            continue; /* curl's "Name:" removes a header; there is none to remove */
         size_t nl = (size_t)(colon - O.hdrs[i]);
+        if (conn_field(O.hdrs[i], nl)) {
+            /* HTTP/1.1 connection fields have no place in HTTP/3 (RFC 9114 §4.2): dropped, as
+             * curl does on h2; Transfer-Encoding: chunked means a body of unknown length */
+            if (nl == 17 && strncasecmp(O.hdrs[i], "transfer-encoding", 17) == 0)
+                no_length = 1;
+            continue;
+        }
         if (nl >= sizeof names[i])
             nl = sizeof names[i] - 1;
         for (size_t j = 0; j < nl; j++) {
@@ -262,12 +346,11 @@ static int submit_request(client_t *c)
             names[i][j] = (ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
         }
         names[i][nl] = '\0';
-        const char *v = colon + 1;
-        while (*v == ' ')
-            v++;
         nv[k++] = NV(names[i], v);
     }
-    if (O.body && !O.protocol) {
+    if (O.compressed)
+        nv[k++] = NV("accept-encoding", "deflate, gzip, zstd");
+    if (O.body && !O.protocol && !no_length) {
         snprintf(clen, sizeof clen, "%lld",
                  O.declare_length ? O.declare_length : (long long)O.body_len);
         nv[k++] = NV("content-length", clen);
@@ -543,6 +626,8 @@ static void client_close(client_t *c)
         if (n > 0)
             (void)send(c->fd, buf, (size_t)n, 0);
     }
+    if (c->dec)
+        kh_hd_free(c->dec);
     if (c->h3)
         nghttp3_conn_del(c->h3);
     if (c->qc)
@@ -648,10 +733,111 @@ out:
     return rc;
 }
 
+/* the whole of a file, malloc'd (NULL with a message when it cannot be read) */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)(n > 0 ? n : 0) + 1);
+    *len = p ? fread(p, 1, (size_t)(n > 0 ? n : 0), f) : 0;
+    fclose(f);
+    return p;
+}
+
+/* -F: the multipart body, built as the arguments come */
+static struct {
+    char *p;
+    size_t len, cap;
+} form;
+static char form_bnd_line[64]; /* "--" boundary CRLF */
+
+static void form_add(const void *p, size_t n)
+{
+    if (form.len + n > form.cap) {
+        form.cap = (form.len + n) * 2 + 256;
+        form.p = realloc(form.p, form.cap);
+        if (!form.p)
+            abort();
+    }
+    memcpy(form.p + form.len, p, n);
+    form.len += n;
+}
+
+static void form_adds(const char *s)
+{
+    form_add(s, strlen(s));
+}
+
+/* curl -F: name=value, name=@FILE[;type=T][;filename=F] (a file part), name=<FILE (a field
+ * whose value is the file's content). 0, or -1 with a message. */
+static int form_part(const char *arg)
+{
+    if (!form_bnd_line[0]) {
+        uint8_t r[8];
+        gnutls_rnd(GNUTLS_RND_NONCE, r, sizeof r);
+        snprintf(form_bnd_line, sizeof form_bnd_line,
+                 "------------------------%02x%02x%02x%02x%02x%02x%02x%02x\r\n", r[0], r[1], r[2],
+                 r[3], r[4], r[5], r[6], r[7]);
+    }
+    const char *eq = strchr(arg, '=');
+    if (!eq) {
+        fprintf(stderr, "kh-h3get: -F %s: no '='\n", arg);
+        return -1;
+    }
+    form_adds(form_bnd_line);
+    form_adds("Content-Disposition: form-data; name=\"");
+    form_add(arg, (size_t)(eq - arg));
+    form_adds("\"");
+    const char *v = eq + 1;
+    if (*v != '@' && *v != '<') {
+        form_adds("\r\n\r\n");
+        form_adds(v);
+        form_adds("\r\n");
+        return 0;
+    }
+    /* FILE[;type=T][;filename=F] */
+    char path[1024], type[256] = "application/octet-stream", fname[1024] = "";
+    const char *semi = strchr(v + 1, ';');
+    size_t pl = semi ? (size_t)(semi - v - 1) : strlen(v + 1);
+    snprintf(path, sizeof path, "%.*s", (int)pl, v + 1);
+    const char *base = strrchr(path, '/');
+    snprintf(fname, sizeof fname, "%s", base ? base + 1 : path);
+    while (semi) {
+        const char *opt = semi + 1, *next = strchr(opt, ';');
+        size_t ol = next ? (size_t)(next - opt) : strlen(opt);
+        if (ol > 5 && strncmp(opt, "type=", 5) == 0)
+            snprintf(type, sizeof type, "%.*s", (int)(ol - 5), opt + 5);
+        else if (ol > 9 && strncmp(opt, "filename=", 9) == 0)
+            snprintf(fname, sizeof fname, "%.*s", (int)(ol - 9), opt + 9);
+        semi = next;
+    }
+    size_t n;
+    char *data = slurp(path, &n);
+    if (!data)
+        return -1;
+    if (*v == '@') {
+        form_adds("; filename=\"");
+        form_adds(fname);
+        form_adds("\"\r\nContent-Type: ");
+        form_adds(type);
+    }
+    form_adds("\r\n\r\n");
+    form_add(data, n);
+    form_adds("\r\n");
+    free(data);
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: kh-h3get [-X METHOD] [-H 'Name: value']... [-d DATA|@FILE] [-D FILE] "
-            "[-o FILE] [--repeat N] [--connections N] [--timeout S] [-w] https://HOST:PORT/PATH\n");
+            "[-F name=value]... [--compressed] [-o FILE] [--repeat N] [--connections N] [--timeout S] [-w] https://HOST:PORT/PATH\n");
     exit(2);
 }
 
@@ -666,20 +852,11 @@ int main(int argc, char **argv)
             O.method = argv[++i];
         else if (i + 1 < argc && strcmp(a, "-H") == 0 && O.nhdrs < 60)
             O.hdrs[O.nhdrs++] = argv[++i];
-        else if (i + 1 < argc && strcmp(a, "-d") == 0) {
+        else if (i + 1 < argc && (strcmp(a, "-d") == 0 || strcmp(a, "--data-binary") == 0)) {
             const char *d = argv[++i];
             if (d[0] == '@') {
-                FILE *f = fopen(d + 1, "rb");
-                if (!f) {
-                    perror(d + 1);
+                if (!(O.body = slurp(d + 1, &O.body_len)))
                     return 2;
-                }
-                fseek(f, 0, SEEK_END);
-                long n = ftell(f);
-                fseek(f, 0, SEEK_SET);
-                O.body = malloc((size_t)n + 1);
-                O.body_len = fread(O.body, 1, (size_t)n, f);
-                fclose(f);
             } else {
                 O.body = strdup(d);
                 O.body_len = strlen(d);
@@ -704,6 +881,11 @@ int main(int argc, char **argv)
             O.linger = atof(argv[++i]);
         else if (strcmp(a, "--stall-headers") == 0)
             O.stall_headers = 1;
+        else if (i + 1 < argc && strcmp(a, "-F") == 0) {
+            if (form_part(argv[++i]) != 0)
+                return 2;
+        } else if (strcmp(a, "--compressed") == 0)
+            O.compressed = 1;
         else if (strcmp(a, "-w") == 0)
             O.verbose = 1;
         else if (a[0] != '-' && !url)
@@ -713,6 +895,21 @@ int main(int argc, char **argv)
     }
     if (!url || strncmp(url, "https://", 8) != 0 || O.repeat < 1 || O.conns < 1)
         usage();
+    if (form.len) { /* -F: the close delimiter, and the body's Content-Type */
+        static char ctype[128];
+        if (O.body) {
+            fprintf(stderr, "kh-h3get: -F and -d cannot be used together\n");
+            return 2;
+        }
+        form_add(form_bnd_line, strlen(form_bnd_line) - 2);
+        form_add("--\r\n", 4);
+        O.body = form.p;
+        O.body_len = form.len;
+        snprintf(ctype, sizeof ctype, "content-type: multipart/form-data; boundary=%s", form_bnd_line + 2);
+        ctype[strlen(ctype) - 2] = '\0';
+        if (O.nhdrs < 60)
+            O.hdrs[O.nhdrs++] = ctype;
+    }
     if (!O.method)
         O.method = O.protocol ? "CONNECT" : O.body ? "POST" : "GET";
     static char host[300], port[300] = "443", authority[300];

@@ -2,6 +2,8 @@
 -- reply, the engine's own included; in the access and error logs), the extended access log
 -- (request time and id), k.app_dir(), a lone number returned as a status; over every protocol.
 local server = require "helpers.server"
+-- the User-Agent of the client making each protocol's requests (curl; kh-h3get for HTTP/3)
+local AGENT = setmetatable({ h3 = "kh%-h3get" }, { __index = function() return "curl" end })
 
 local APP = [[
 local k = require "khamsin"
@@ -51,7 +53,7 @@ describe("request extras", function()
             end
 
             it("req.scheme says whether the connection is TLS", function()
-                local want = (proto == "h1+tls" or proto == "h2") and "https" or "http"
+                local want = (proto == "h1+tls" or proto == "h2" or proto == "h3") and "https" or "http"
                 assert.are.equal(want, get("/scheme").body)
             end)
 
@@ -114,12 +116,12 @@ describe("request extras", function()
                 assert.are.equal("slow", r.body)
                 local line = access_line('"slow%-' .. proto:gsub("%p", "%%%0") .. '"$')
                 assert.truthy(line, server.read_file(log_path))
-                local t = line:match('"curl/[^"]*" (%d+%.%d%d%d) "')
+                local t = line:match('"' .. AGENT[proto] .. '/[^"]*" (%d+%.%d%d%d) "')
                 assert.truthy(t, line)
                 assert.truthy(tonumber(t) >= 0.2 and tonumber(t) < 30, line)
                 r = get("/no-such-path")
                 local id = r.headers["x-request-id"]
-                assert.truthy(access_line(' 404 %d+ "%-" "curl/[^"]*" %d+%.%d%d%d "' .. id:gsub("%p", "%%%0") .. '"$'),
+                assert.truthy(access_line(' 404 %d+ "%-" "' .. AGENT[proto] .. '/[^"]*" %d+%.%d%d%d "' .. id:gsub("%p", "%%%0") .. '"$'),
                     server.read_file(log_path))
             end)
 

@@ -206,7 +206,7 @@ describe("routing", function()
                 assert.are.equal("GET", t.method)
                 assert.are.equal("/req", t.path)
                 assert.are.equal("x=1", t.query)
-                assert.are.equal(proto:match("^h2") and "2.0" or "1.1", t.version) -- h2c, h2
+                assert.are.equal(proto:match("^h2") and "2.0" or proto == "h3" and "3.0" or "1.1", t.version) -- h2c, h2
                 assert.are.equal("127.0.0.1", t.remote_addr)
                 assert.are.equal("spec-agent/1", t.ua_mixed)
                 assert.are.equal("spec-agent/1", t.ua_lower)

@@ -19,7 +19,7 @@ end)
 k.get("/204", function() return 204 end)
 ]]
 
-local TLS = { ["h1+tls"] = true, h2 = true }
+local TLS = { ["h1+tls"] = true, h2 = true, h3 = true } -- HTTP/3 is always over TLS (QUIC)
 local DEFAULT_HSTS = "max-age=31536000"
 
 -- Every value of a field (lower-case name) in a response, in order.

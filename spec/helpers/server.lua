@@ -419,13 +419,13 @@ local function alias_bin(bin, dir)
 end
 
 -- Parses the "listening on HOST:PORT (tcp)" and "... (tls)" lines of a log text; TLS
--- listeners have tls = true.
-local function listening_lines(log)
+-- listeners have tls = true. kind = "quic" lists the "(quic)" lines (--http3) instead.
+local function listening_lines(log, kind)
     local out = {}
-    for host, port, kind in log:gmatch("listening on (%S+):(%d+) %((%a+)%)") do
-        if kind == "tcp" or kind == "tls" then
+    for host, port, k in log:gmatch("listening on (%S+):(%d+) %((%a+)%)") do
+        if (kind == nil and (k == "tcp" or k == "tls")) or k == kind then
             out[#out + 1] = { host = host, port = tonumber(port), addr = host .. ":" .. port,
-                tls = kind == "tls" }
+                tls = k ~= "tcp", quic = k == "quic" }
         end
     end
     return out
@@ -439,6 +439,9 @@ M.listening_lines = listening_lines
 -- `tls`, a server has a cleartext listener (srv.listens[1]) and a TLS one after it, so that
 -- every spec can run its requests over "h1+tls" too; tls = false leaves TLS out.
 -- srv.tls_listens lists the TLS listeners.
+-- HTTP/3: such a default server also has --http3 (QUIC on the TLS listener's port, srv.quic_listens)
+-- so that "h3" is one of each_protocol's protocols; http3 = false leaves it out, and so does a
+-- $KHAMSIN_PROTOS without h3. http3 = true adds it to any server with a TLS listener.
 function M.start(opts)
     opts = opts or {}
     local bin = check_bin()
@@ -464,6 +467,8 @@ function M.start(opts)
     for _, a in ipairs(opts.args or {}) do
         if a == "--tls-cert" or a == "--tls-self-signed" then has_cert = true end
     end
+    local http3 = opts.http3
+    if http3 == nil then http3 = opts.tls == nil and not opts.listen and not has_cert and M.wants("h3") end
     if opts.tls == true then
         if not opts.listen then listen = { "tls://127.0.0.1:0" } end
     elseif opts.tls == nil and not opts.listen and not has_cert then
@@ -481,6 +486,7 @@ function M.start(opts)
         args[#args + 1] = "--listen"
         args[#args + 1] = l
     end
+    if http3 then args[#args + 1] = "--http3" end
     args[#args + 1] = "--workers"
     args[#args + 1] = tostring(opts.workers or 1)
     if opts.dev then args[#args + 1] = "--dev" end
@@ -525,6 +531,13 @@ function M.start(opts)
     self.tls_listens = {}
     for _, l in ipairs(found) do
         if l.tls then self.tls_listens[#self.tls_listens + 1] = l end
+    end
+    self.quic_listens = {}
+    if http3 then -- one "(quic)" line per TLS listener, each in a write of its own
+        self.quic_listens = wait_until(opts.start_timeout or 5, function()
+            local q = listening_lines(read_file(self.log_path) or "", "quic")
+            if #q >= #self.tls_listens then return q end
+        end) or error("khamsin started with --http3 but reported no QUIC listener\n--- log:\n" .. self:log(), 2)
     end
     self.port = found[1].port
     self.host = found[1].host
@@ -687,7 +700,16 @@ local CURL_PROTO = {
     ["h1+tls"] = { "--http1.1", "-k" }, -- -k: the spec servers use --tls-self-signed
     h2 = { "--http2", "-k" }, -- HTTP/2 over TLS, by ALPN
 }
-local PROTO_TLS = { ["h1+tls"] = true, h2 = true }
+local PROTO_TLS = { ["h1+tls"] = true, h2 = true, h3 = true }
+
+-- "h3": khamsin's own HTTP/3 client (core/tools/kh_h3get.c, built beside the binary; Debian's
+-- curl has no HTTP/3). It takes curl's -X -H -d @FILE -D -o -F --compressed, never verifies
+-- the certificate (like -k) and sends no header of its own (curl adds User-Agent and Accept).
+CURL_PROTO.h3 = {}
+function M.h3get_bin()
+    return os.getenv("KHAMSIN_H3GET") or (M.bin():gsub("[^/]+$", "kh-h3get"))
+end
+local H3_CURL_ARGS = { ["--compressed"] = 0, ["-F"] = 1 } -- curl_args kh-h3get knows (and how many values)
 
 function Server:request(r)
     r = r or {}
@@ -695,7 +717,10 @@ function Server:request(r)
     local proto_args = CURL_PROTO[proto]
     if not proto_args then error("protocol not supported by the spec helper yet: " .. proto, 2) end
     local l = r.listen
-    if not l then
+    if not l and proto == "h3" then
+        l = self.quic_listens and self.quic_listens[1]
+        if not l then error("no QUIC listener for proto h3 (a default server.start, or http3 = true)", 2) end
+    elseif not l then
         local want_tls = PROTO_TLS[proto] or false
         for _, cand in ipairs(self.listens) do
             if (cand.tls or false) == want_tls then l = cand break end
@@ -714,11 +739,13 @@ function Server:request(r)
     local err_path = string.format("%s/curl%d.err", self.dir, n)
     local in_path = string.format("%s/curl%d.in", self.dir, n)
 
+    local h3 = proto == "h3"
     local args = { "curl", "-s", "-S", "-g", "--path-as-is", "--noproxy", "*",
         "--max-time", tostring(r.timeout or 5), "-D", hdr_path, "-o", body_path }
+    if h3 then args = { M.h3get_bin(), "--timeout", tostring(r.timeout or 5), "-D", hdr_path, "-o", body_path } end
     for _, a in ipairs(proto_args) do args[#args + 1] = a end
     local method = (r.method or "GET"):upper()
-    if method == "HEAD" then
+    if method == "HEAD" and not h3 then
         args[#args + 1] = "-I"
     elseif method ~= "GET" or r.body then
         args[#args + 1] = "-X"
@@ -744,7 +771,7 @@ function Server:request(r)
             args[#args + 1] = name .. ": " .. value
         end
     end
-    if not has_expect then
+    if not has_expect and not h3 then
         args[#args + 1] = "-H"
         args[#args + 1] = "Expect:" -- no implicit 100-continue from curl
     end
@@ -753,7 +780,13 @@ function Server:request(r)
         args[#args + 1] = "--data-binary"
         args[#args + 1] = "@" .. in_path
     end
-    for _, a in ipairs(r.curl_args or {}) do args[#args + 1] = a end
+    local ca = r.curl_args or {}
+    for i, a in ipairs(ca) do
+        if h3 and H3_CURL_ARGS[a] == nil and H3_CURL_ARGS[ca[i - 1]] ~= 1 then
+            error("curl argument not supported by kh-h3get (proto h3): " .. a, 2)
+        end
+        args[#args + 1] = a
+    end
     args[#args + 1] = url
 
     local code = exec_status(shell_args(args) .. " 2>" .. sh_quote(err_path))
@@ -882,13 +915,20 @@ end
 ---------------------------------------------------------------------------------------------
 -- protocols and environment
 
--- Calls fn(proto) for every protocol srv:request can speak: "h1", "h1+tls", "h2c", "h2".
+-- Calls fn(proto) for every protocol srv:request can speak: "h1", "h1+tls", "h2c", "h2", "h3"
+-- (HTTP/3 through kh-h3get, on the QUIC listener of a default server.start).
 -- $KHAMSIN_PROTOS (comma list) narrows the set.
-M.protocols = { "h1", "h1+tls", "h2c", "h2" }
-function M.each_protocol(fn)
+M.protocols = { "h1", "h1+tls", "h2c", "h2", "h3" }
+
+-- True when proto is among the protocols of this run ($KHAMSIN_PROTOS, else all).
+function M.wants(proto)
     local only = os.getenv("KHAMSIN_PROTOS")
+    return not only or only == "" or ("," .. only .. ","):find("," .. proto .. ",", 1, true) ~= nil
+end
+
+function M.each_protocol(fn)
     for _, p in ipairs(M.protocols) do
-        if not only or only == "" or ("," .. only .. ","):find("," .. p .. ",", 1, true) then fn(p) end
+        if M.wants(p) then fn(p) end
     end
 end
 

@@ -2,7 +2,7 @@
 -- Owns:  one temporary directory per server (app.lua, the log, pid and exit files), the
 --        server process it started, and every client socket/curl run it makes.
 -- In:    $KHAMSIN_BIN (default <repo>/build/khamsin); spec options ({app, args, workers, ...}).
--- Out:   srv objects: srv:request (curl), srv:raw / srv:raw_conn (luasocket), srv:log,
+-- Out:   srv objects: srv:request (curl; kh-h3get for "h3"), srv:raw / srv:raw_conn (luasocket), srv:log,
 --        srv:signal, srv:wait_exit, srv:stop (fails the spec on unexpected [error] lines).
 -- Never: guesses a port (it reads the "listening on HOST:PORT (tcp)" log lines), kills any
 --        process it did not start, or talks to anything but loopback.

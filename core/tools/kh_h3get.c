@@ -82,7 +82,7 @@ typedef struct {
     int raw_pending;  /* --stall-headers: the partial frame is still to be sent */
     long long body_bytes; /* of the current response, for --leave-after */
     kh_hd *dec;           /* --compressed: the current response's Content-Encoding decoder */
-    int dec_failed;
+    int dec_failed, dec_fed; /* dec_fed: body bytes came (a HEAD, 204 or 304 has none) */
     uint64_t linger_until;
     uint64_t last_progress;
 } client_t;
@@ -171,6 +171,7 @@ static int h_recv_data(nghttp3_conn *h, int64_t sid, const uint8_t *d, size_t n,
     (void)h, (void)sud;
     client_t *c = ud;
     if (c->dec) {
+        c->dec_fed = 1;
         int r = kh_hd_feed(c->dec, (const char *)d, n, write_body, NULL);
         if (r != 0 && !c->dec_failed) {
             fprintf(stderr, "kh-h3get: --compressed: %s\n", kh_hd_error_reason(r));
@@ -199,7 +200,7 @@ static void finish_request(client_t *c)
     if (!c->in_flight)
         return;
     if (c->dec) {
-        int r = kh_hd_finish(c->dec);
+        int r = c->dec_fed ? kh_hd_finish(c->dec) : 0;
         if (r != 0 && !c->dec_failed)
             fprintf(stderr, "kh-h3get: --compressed: %s\n", kh_hd_error_reason(r));
         if (r != 0 || c->dec_failed)
@@ -207,7 +208,7 @@ static void finish_request(client_t *c)
         kh_hd_free(c->dec);
         c->dec = NULL;
     }
-    c->dec_failed = 0;
+    c->dec_failed = c->dec_fed = 0;
     if (O.verbose)
         fprintf(stderr, "status=%d\n", c->status);
     if (O.out)

@@ -786,13 +786,14 @@ static void init_callbacks(void)
  * nghttp2_session_server_new3 runs is served from it (a later one, e.g. a second chunk for a
  * header block over 16 KB, is the session's own). Counted: freed with the thread's last session.
  * This leans on nghttp2 1.52's send path (the version Debian 12 ships and we link);
- * h2_spec's interleaved-connections case checks every byte of concurrent large responses.
+ * spec/h2_idle_mem_spec.lua checks every byte of concurrent large responses of many connections.
  * The next largest, the stream map's table (256 buckets, 4096 bytes, calloc'd at creation), is
  * all zeros whenever no stream is open; it gets a page of its own, and update_timer gives that
  * page back (madvise MADV_DONTNEED: it reads as zeros again, which is what it held) when the
  * connection goes idle, at most once a second per connection, and only after checking that
- * every byte is zero. Together: ~14.7 -> ~6.5 KB per idle h2c connection, ~28 -> ~11 KB over TLS
- * (bench/h2.sh PARTS=idle; h2_spec bounds it). */
+ * every byte is zero (a SETTINGS frame, which nghttp2 answers by walking the map, marks it to
+ * go back again). Together: 14.7 -> 6.4 KB per idle h2c connection, 29.9 -> 9.6 KB over TLS
+ * (bench/h2.sh PARTS=idle; spec/h2_idle_mem_spec.lua bounds it). */
 enum { H2_FRAMEBUF_CHUNKLEN = 16394 }; /* 9 + 1 + 16384: nghttp2_session.h's NGHTTP2_FRAMEBUF_CHUNKLEN */
 enum { H2_ZPAGE = 4096 };
 static _Thread_local struct {

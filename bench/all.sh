@@ -48,7 +48,8 @@ run_set() { # name command...
     echo "| $name | FAILED | see its output | - | - | - | - |" >>"$BENCH_SUMMARY"
   fi
   after=$(ls bench/results/ 2>/dev/null | sort)
-  RESULTS+=($(comm -13 <(echo "$before") <(echo "$after") | grep -v '^summary-' || true))
+  # (a bench run by someone else meanwhile would be listed too: run all.sh alone)
+  RESULTS+=($(comm -13 <(echo "$before") <(echo "$after") | grep -v -e '^summary-' -e '^tmp$' -e '\.partial$' || true))
 }
 
 for s in $SETS; do

@@ -12,7 +12,7 @@
 local server = require "spec.helpers.server"
 local cjson = require "cjson"
 
-local N = 400
+local N = 300
 -- Bytes per idle connection, measured on the 2-core VM: release build ~6.6 KB h2c, ~9.9 KB over
 -- TLS (before: 14.8 and 29.9 KB); ASan build (its allocator's redzones and shadow, with the
 -- quarantine and stack traces off for this test) ~13.5 and ~17.9 KB (before: 24.7 and 28.8 KB).
@@ -114,7 +114,7 @@ describe("the shared frame buffer", function()
     for _, mode in ipairs { "h2c", "tls" } do
         it("keeps concurrent large responses of many connections byte-exact (" .. mode .. ")", function()
             local port = mode == "tls" and srv.tls_listens[1].port or srv.port
-            local CONNS, STREAMS, SIZE = 8, 4, 300000
+            local CONNS, STREAMS, SIZE = 8, 4, 200000
             local out, code = sh(string.format("timeout 90 /usr/bin/python3 %s/spec/h2/multi.py %d %d %d %d %s",
                 server.root, port, CONNS, STREAMS, SIZE, mode == "tls" and "tls" or ""))
             assert.are.equal(0, code, out)

@@ -597,6 +597,20 @@ int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin)
     return s->sink->data(s, p, n, fin);
 }
 
+int kh_stream_cut(kh_stream *s)
+{
+    if (s->proto == NULL)
+        return KH_ECLOSED;
+    if (!(s->flags & KH_STREAM_F_ENDED) && (s->flags & KH_STREAM_F_HEAD_SENT)) {
+        int r = kh_stream_send_data(s, NULL, 0, 1);
+        if (r != 0)
+            return r;
+    }
+    if (s->proto && s->sink->cut)
+        s->sink->cut(s);
+    return 0;
+}
+
 int kh_stream_respond(kh_stream *s, int status, const kh_header *h, size_t n, const char *body,
                       size_t len)
 {

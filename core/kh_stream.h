@@ -27,7 +27,10 @@
  *    h2. From then on inbound bytes arrive as an incremental body with no body_bytes cap, no
  *    body/header timeout (tunnel_idle_timeout_ms instead), the peer's end of input as the body's
  *    end (KH_BODY_COMPLETE), and kh_stream_send_data carries outbound bytes, fin ending the
- *    tunnel (h1 closes the connection, h2 ends the stream).
+ *    tunnel (h1 closes the connection, h2 ends the stream). tunnel_idle_timeout_ms is per
+ *    tunnel on h2 and h3 (each resets the idle stream alone), per connection on h1.
+ *  - A slow consumer (k.send_to past stream_out_cap) is ended with kh_stream_cut: fin, then
+ *    the protocol drops what the peer has not taken and frees the stream (sink cut: h2).
  *
  * Lifetime: streams come from a per-worker pool and are never handed back to malloc while the
  * worker runs, so a stale {pointer, generation} pair held by Lua can always be checked safely
@@ -89,6 +92,10 @@ typedef struct kh_sink_vt {
      * Connection: Upgrade, Upgrade: <s->tunnel_proto> and h; h2 sends a 200 with h and no
      * content-length. Then both carry raw bytes both ways (see the file comment). */
     int (*tunnel)(kh_stream *s, const kh_header *h, size_t n);
+    /* Optional: the response is ended (fin queued) and its reader too slow (kh_stream_cut):
+     * once the flush pass has put out what the peer lets through now, abandon the rest and
+     * free the stream (h2: RST_STREAM CANCEL, or NO_ERROR after END_STREAM went out). */
+    void (*cut)(kh_stream *s);
 } kh_sink_vt;
 
 enum kh_body_state {
@@ -257,6 +264,10 @@ void kh_stream_body_consume(kh_stream *s, size_t n);
 /* Accepts a tunnel request: 101 (h1) / 200 (h2) with h, then tunnel mode. KH_EPROTO when the
  * request is not a tunnel request or a head is out, KH_EINVAL for a bad header, KH_ECLOSED. */
 int kh_stream_accept_tunnel(kh_stream *s, const kh_header *h, size_t n);
+/* Ends a slow consumer's stream (k.send_to past stream_out_cap): fin if not yet ended, then
+ * the protocol resets it once what can go out now has (sink cut; without one, the fin alone).
+ * KH_ECLOSED when the protocol is gone. */
+int kh_stream_cut(kh_stream *s);
 /* An idle long-lived stream (an SSE stream held after its handler): frees the request head's
  * arena, keeping only what the access log needs (method and path, truncated to fit in
  * proto-neutral room). Headers, target, query and authority read as empty afterwards. */

@@ -86,12 +86,20 @@ static int l_write(lua_State *L)
     return lua_yield(L, 1);
 }
 
-/* finish(s, gen) -> true | nil, "closed": ends a streamed response (or tunnel output) */
+/* finish(s, gen[, cut]) -> true | nil, "closed": ends a streamed response (or tunnel output);
+ * cut: a slow consumer's, whose queued bytes the protocol may drop (kh_stream_cut: h2 resets
+ * the stream once what the peer's window lets through is out) */
 static int l_finish(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
     if (s == NULL || s->proto == NULL)
         return closed(L);
+    if (lua_toboolean(L, 3)) {
+        if (kh_stream_cut(s) != 0)
+            return closed(L);
+        lua_pushboolean(L, 1);
+        return 1;
+    }
     if (s->flags & KH_STREAM_F_ENDED) {
         lua_pushboolean(L, 1);
         return 1;

@@ -65,7 +65,7 @@ local function put(self, payload)
     end
     if err == "full" then
         core.log(1, "sse stream " .. self.id .. ": over stream_out_cap queued: ended (slow consumer)")
-        finish_(self._s, self._g)
+        finish_(self._s, self._g, true) -- cut: h2 resets the stream, dropping what is queued
         close_stream(self, "slow consumer")
         return nil, "closed"
     end

@@ -14,11 +14,13 @@
  *        kh_stream_on_drain. An incremental body credits the connection's window on arrival
  *        and the stream's as the app consumes (h3_consumed). An extended CONNECT with :protocol
  *        (RFC 9220, SETTINGS_ENABLE_CONNECT_PROTOCOL on) is a tunnel request; accepted, 200 and
- *        DATA both ways, the client's FIN its end (no tunnel_idle_timeout_ms on h3 yet).
+ *        DATA both ways, the client's FIN its end; a tunnel with no byte either way for
+ *        tunnel_idle_timeout_ms is reset (H3_REQUEST_CANCELLED), alone.
  * Timeouts: header_timeout_ms from a stream's first byte to its complete head (then the stream
  *        is reset with H3_REQUEST_INCOMPLETE), body_timeout_ms between body bytes while the
  *        body is incomplete (408 as on h1/h2); the keep-alive idle timeout is QUIC's own
- *        (max_idle_timeout = keepalive_timeout_ms, kh_quic.c). */
+ *        (max_idle_timeout = keepalive_timeout_ms, kh_quic.c). All are per-stream deadlines
+ *        (h3_stream.deadline) folded into the QUIC connection's one kh_dtimer (kh_h3_deadline). */
 #include <nghttp3/nghttp3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +39,7 @@ struct chunk {
     char data[];
 };
 
-enum { T_NONE = 0, T_HEADER, T_BODY };
+enum { T_NONE = 0, T_HEADER, T_BODY, T_TUNNEL };
 enum {
     HS_HEAD_DONE = 1,
     HS_FIN = 2,      /* the app ended the response */
@@ -88,6 +90,7 @@ static void set_deadline(kh_h3 *h, h3_stream *hs, int kind)
     hs->tkind = kind;
     hs->deadline = kind == T_NONE     ? UINT64_MAX
                    : kind == T_HEADER ? uv_now(&h->w->loop) + l->header_timeout_ms
+                   : kind == T_TUNNEL ? uv_now(&h->w->loop) + l->tunnel_idle_timeout_ms
                                       : uv_now(&h->w->loop) + l->body_timeout_ms;
 }
 
@@ -307,7 +310,7 @@ static int cb_recv_data(nghttp3_conn *ng, int64_t sid, const uint8_t *data, size
     }
     if (hs == NULL || hs->s->proto == NULL)
         return 0;
-    set_deadline(h, hs, T_BODY);
+    set_deadline(h, hs, (hs->s->flags & KH_STREAM_F_TUNNEL) ? T_TUNNEL : T_BODY);
     if (kh_stream_on_body(hs->s, (const char *)data, len) != 0) {
         /* past body_bytes: 413 is out; the rest of the body is not wanted */
         set_deadline(h, hs, T_NONE);
@@ -325,7 +328,7 @@ static int cb_end_stream(nghttp3_conn *ng, int64_t sid, void *ud, void *sud)
         return 0;
     set_deadline(h, hs, T_NONE);
     if (hs->s->proto && hs->s->body_state == KH_BODY_READING)
-        kh_stream_on_body_end(hs->s);
+        kh_stream_on_body_end(hs->s); /* a tunnel: its input ended; the app ends its side */
     return 0;
 }
 
@@ -535,11 +538,19 @@ int kh_h3_on_timeout(kh_h3 *h, uint64_t now)
 {
     for (h3_stream *hs = h->streams, *next; hs; hs = next) {
         next = hs->next;
-        if (hs->tkind == T_NONE || hs->deadline > now || (hs->s->flags & KH_STREAM_F_TUNNEL))
+        if (hs->tkind == T_NONE || hs->deadline > now)
             continue;
         int kind = hs->tkind;
         hs->tkind = T_NONE;
-        if (kind == T_HEADER) {
+        if (kind == T_TUNNEL) {
+            /* no byte either way for tunnel_idle_timeout_ms: this tunnel only is reset (the
+             * app hears on_abort once it closes), the connection's other streams go on */
+            KH_LOG_DEBUG("q%u h3: tunnel on stream %lld idle for tunnel_idle_timeout_ms: reset",
+                         kh_quic_id(h->q), (long long)hs->sid);
+            nghttp3_conn_shutdown_stream_read(h->ng, hs->sid);
+            kh_quic_stop_sending(h->q, hs->sid, NGHTTP3_H3_REQUEST_CANCELLED);
+            kh_quic_reset_stream(h->q, hs->sid, NGHTTP3_H3_REQUEST_CANCELLED);
+        } else if (kind == T_HEADER) {
             KH_LOG_DEBUG("q%u h3: stream %lld: header timeout", kh_quic_id(h->q),
                          (long long)hs->sid);
             nghttp3_conn_shutdown_stream_read(h->ng, hs->sid);
@@ -673,6 +684,8 @@ static int h3_data(kh_stream *s, const char *p, size_t n, int fin)
         hs->flags &= ~HS_BLOCKED;
         nghttp3_conn_resume_stream(h->ng, hs->sid);
     }
+    if (n && hs->tkind == T_TUNNEL)
+        set_deadline(h, hs, T_TUNNEL); /* a byte out: the tunnel is not idle */
     kh_quic_dirty(h->q);
     return 0;
 }
@@ -695,8 +708,12 @@ static void h3_reset(kh_stream *s, int err)
 
 static int h3_tunnel(kh_stream *s, const kh_header *hdr, size_t n)
 {
-    /* RFC 9220 §3 (RFC 8441 §5): a 2xx answers the extended CONNECT; DATA follows both ways */
-    return h3_head(s, 200, hdr, n, -1);
+    /* RFC 9220 §3 (RFC 8441 §5): a 2xx answers the extended CONNECT; DATA follows both ways,
+     * each byte moving its idle deadline (tunnel_idle_timeout_ms, kh_h3_on_timeout) */
+    int r = h3_head(s, 200, hdr, n, -1);
+    if (r == 0)
+        set_deadline(s->proto, HS(s), T_TUNNEL);
+    return r;
 }
 
 static size_t h3_queued(kh_stream *s)
@@ -715,7 +732,9 @@ static void h3_consumed(kh_stream *s, size_t n)
         kh_quic_consumed_stream(h->q, hs->sid, c); /* MAX_STREAM_DATA at the flush pass */
         kh_quic_dirty(h->q);
     }
-    if (s->body_state == KH_BODY_READING)
+    if (s->flags & KH_STREAM_F_TUNNEL)
+        ; /* a tunnel keeps its idle deadline (T_TUNNEL), moved by bytes only */
+    else if (s->body_state == KH_BODY_READING)
         set_deadline(h, hs, T_BODY); /* the client may send again: its body timeout restarts */
 }
 

@@ -6,7 +6,9 @@
  *        nghttp2 has not taken yet; the tunnels' idle timer (a kh_dtimer).
  * In:    plaintext from kh_conn (on_read -> nghttp2_session_mem_recv); the flush pass (on_flush ->
  *        nghttp2_session_mem_send into c->out, bounded); sink calls from kh_stream.
- * Out:   kh_stream_on_* events; frames into the conn's out buffer.
+ * Out:   kh_stream_on_* events; frames into the conn's out buffer. A response head's fields
+ *        come from kh_stream_head_build (kh_stream.h, shared with kh_h3: no allocation for a
+ *        usual head), copied into nghttp2_nv on the stack.
  * Never: touches the socket, the loop (except uv_now) or Lua.
  *
  * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
@@ -1293,72 +1295,27 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     return (ssize_t)k;
 }
 
-/* RFC 9113 §8.2.2: connection-specific fields must not appear in HTTP/2. content-length is ours. */
-static int skip_field(kh_str nm)
-{
-    return kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "keep-alive", 10) ||
-           kh_str_ieq_lower(nm, "proxy-connection", 16) ||
-           kh_str_ieq_lower(nm, "transfer-encoding", 17) || kh_str_ieq_lower(nm, "upgrade", 7) ||
-           kh_str_ieq_lower(nm, "content-length", 14);
-}
-
-#define NV(n, nl, v, vl)                                                                           \
-    (nghttp2_nv)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE                           \
-    }
-
 static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int64_t clen)
 {
     kh_conn *c = s->proto;
     h2_conn *h = H(c);
     h2_stream *hs = HS(s);
-    int has_server = 0, has_date = 0;
-    size_t names = 0;
-    for (size_t i = 0; i < n; i++) {
-        names += hdr[i].name.len;
-        if (kh_str_ieq_lower(hdr[i].name, "server", 6))
-            has_server = 1;
-        else if (kh_str_ieq_lower(hdr[i].name, "date", 4))
-            has_date = 1;
-    }
-    nghttp2_nv *nv = kh_xmalloc((n + 4) * sizeof *nv);
-    /* RFC 9113 §8.2.1: field names are lower case on the wire */
-    char *lower = kh_xmalloc(names + 1);
-    char st[8], cl[24];
-    size_t k = 0, at = 0;
-    int stlen = snprintf(st, sizeof st, "%d", status);
-    nv[k++] = NV(":status", 7, st, (size_t)stlen);
-    if (!has_server)
-        nv[k++] = NV("server", 6, "khamsin", 7);
-    if (!has_date)
-        nv[k++] = NV("date", 4, kh_worker_date(c->w), 29);
-    for (size_t i = 0; i < n; i++) {
-        kh_str nm = hdr[i].name;
-        if (skip_field(nm))
-            continue;
-        char *lo = lower + at;
-        for (size_t j = 0; j < nm.len; j++) {
-            char ch = nm.ptr[j];
-            lo[j] = (ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
-        }
-        at += nm.len;
-        nv[k++] = NV(lo, nm.len, hdr[i].value.ptr, hdr[i].value.len);
-    }
-    /* RFC 9110 §15.3.5 / §15.4.5: 204 and 304 have no content */
-    int bodyless = status == 204 || status == 304;
-    if (!bodyless && clen >= 0) {
-        int cll = snprintf(cl, sizeof cl, "%lld", (long long)clen);
-        nv[k++] = NV("content-length", 14, cl, (size_t)cll);
-    }
-    if (bodyless || clen == 0 || (s->flags & KH_STREAM_F_HEAD_METHOD))
+    kh_head_buf b; /* the fields as h2 and h3 send them (kh_stream_head_build) */
+    kh_stream_head_build(&b, s, status, hdr, n, clen);
+    nghttp2_nv local[KH_HEAD_LOCAL];
+    nghttp2_nv *nv = b.n <= KH_HEAD_LOCAL ? local : kh_xmalloc(b.n * sizeof *nv);
+    for (size_t i = 0; i < b.n; i++)
+        nv[i] = (nghttp2_nv){(uint8_t *)b.f[i].name.ptr, (uint8_t *)b.f[i].value.ptr,
+                             b.f[i].name.len, b.f[i].value.len, NGHTTP2_NV_FLAG_NONE};
+    if (b.no_data)
         hs->flags |= HS_NO_DATA;
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_body};
     h->depth++;
-    int r = nghttp2_submit_response(h->ng, hs->id, nv, k, (hs->flags & HS_NO_DATA) ? NULL : &prd);
+    int r = nghttp2_submit_response(h->ng, hs->id, nv, b.n, (hs->flags & HS_NO_DATA) ? NULL : &prd);
     h->depth--;
-    free(nv);
-    free(lower);
+    if (nv != local)
+        free(nv);
+    kh_stream_head_free(&b);
     kh_worker_schedule_flush(c->w, c);
     if (r != 0) {
         KH_LOG_DEBUG("c%u h2: stream %d: submit_response: %s", c->id, hs->id, nghttp2_strerror(r));

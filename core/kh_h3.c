@@ -5,7 +5,8 @@
  *        chunks, which nghttp3 sends without copying: a chunk is freed only once the peer has
  *        acknowledged all of it (acked_stream_data).
  * In:    stream data and events from kh_quic (kh_quic.h); sink calls from the app.
- * Out:   kh_stream_on_* events; stream data for kh_quic to send (kh_h3_writev).
+ * Out:   kh_stream_on_* events; stream data for kh_quic to send (kh_h3_writev). A response
+ *        head's fields come from kh_stream_head_build (kh_stream.h, shared with kh_h2).
  * Never: calls ngtcp2 (kh_quic.h is the way down), or dispatches a request from inside an
  *        nghttp3 callback (dispatches queue until nghttp3_conn_read_stream returns).
  * Streams (kh_stream.h's seam): sink queued is a stream's response bytes not yet acknowledged
@@ -588,67 +589,25 @@ static nghttp3_ssize read_data(nghttp3_conn *ng, int64_t sid, nghttp3_vec *vec, 
     return (nghttp3_ssize)k;
 }
 
-static int skip_field(kh_str nm)
-{
-    return kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "keep-alive", 10) ||
-           kh_str_ieq_lower(nm, "proxy-connection", 16) ||
-           kh_str_ieq_lower(nm, "transfer-encoding", 17) || kh_str_ieq_lower(nm, "upgrade", 7) ||
-           kh_str_ieq_lower(nm, "content-length", 14);
-}
-
-#define NV(n, nl, v, vl)                                                                           \
-    (nghttp3_nv)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP3_NV_FLAG_NONE                           \
-    }
-
 static int h3_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int64_t clen)
 {
     kh_h3 *h = s->proto;
     h3_stream *hs = HS(s);
-    int has_server = 0, has_date = 0;
-    size_t names = 0;
-    for (size_t i = 0; i < n; i++) {
-        names += hdr[i].name.len;
-        if (kh_str_ieq_lower(hdr[i].name, "server", 6))
-            has_server = 1;
-        else if (kh_str_ieq_lower(hdr[i].name, "date", 4))
-            has_date = 1;
-    }
-    nghttp3_nv *nv = kh_xmalloc((n + 4) * sizeof *nv);
-    char *lower = kh_xmalloc(names + 1);
-    char st[8], cl[24];
-    size_t k = 0, at = 0;
-    int stlen = snprintf(st, sizeof st, "%d", status);
-    nv[k++] = NV(":status", 7, st, (size_t)stlen);
-    if (!has_server)
-        nv[k++] = NV("server", 6, "khamsin", 7);
-    if (!has_date)
-        nv[k++] = NV("date", 4, kh_worker_date(h->w), 29);
-    for (size_t i = 0; i < n; i++) {
-        kh_str nm = hdr[i].name;
-        if (skip_field(nm))
-            continue;
-        char *lo = lower + at;
-        for (size_t j = 0; j < nm.len; j++) {
-            char ch = nm.ptr[j];
-            lo[j] = (ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
-        }
-        at += nm.len;
-        nv[k++] = NV(lo, nm.len, hdr[i].value.ptr, hdr[i].value.len);
-    }
-    int bodyless = status == 204 || status == 304;
-    if (!bodyless && clen >= 0) {
-        int cll = snprintf(cl, sizeof cl, "%lld", (long long)clen);
-        nv[k++] = NV("content-length", 14, cl, (size_t)cll);
-    }
-    if (bodyless || clen == 0 || (s->flags & KH_STREAM_F_HEAD_METHOD))
+    kh_head_buf b; /* the fields as h2 and h3 send them (kh_stream_head_build) */
+    kh_stream_head_build(&b, s, status, hdr, n, clen);
+    nghttp3_nv local[KH_HEAD_LOCAL];
+    nghttp3_nv *nv = b.n <= KH_HEAD_LOCAL ? local : kh_xmalloc(b.n * sizeof *nv);
+    for (size_t i = 0; i < b.n; i++)
+        nv[i] = (nghttp3_nv){(uint8_t *)b.f[i].name.ptr, (uint8_t *)b.f[i].value.ptr,
+                             b.f[i].name.len, b.f[i].value.len, NGHTTP3_NV_FLAG_NONE};
+    if (b.no_data)
         hs->flags |= HS_NO_DATA;
     nghttp3_data_reader dr = {read_data};
-    int r = nghttp3_conn_submit_response(h->ng, hs->sid, nv, k,
+    int r = nghttp3_conn_submit_response(h->ng, hs->sid, nv, b.n,
                                          (hs->flags & HS_NO_DATA) ? NULL : &dr);
-    free(nv);
-    free(lower);
+    if (nv != local)
+        free(nv);
+    kh_stream_head_free(&b);
     kh_quic_dirty(h->q);
     if (r != 0) {
         KH_LOG_DEBUG("q%u h3: stream %lld: submit_response: %s", kh_quic_id(h->q),

@@ -273,6 +273,29 @@ int kh_stream_cut(kh_stream *s);
  * proto-neutral room). Headers, target, query and authority read as empty afterwards. */
 void kh_stream_hold(kh_stream *s);
 
+/* ---- the response head of HTTP/2 and HTTP/3 (one builder for kh_h2 and kh_h3) ---- */
+
+#define KH_HEAD_LOCAL 24 /* fields built without an allocation; more take one */
+
+/* kh_stream_head_build fills f[0..n) in wire order: ":status"; server and date unless h has
+ * them; h without the connection-specific fields (RFC 9113 §8.2.2, RFC 9114 §4.2: connection,
+ * keep-alive, proxy-connection, transfer-encoding, upgrade; content-length is ours) with names
+ * lower-cased; content-length when clen >= 0 and the status allows content (not 204 / 304).
+ * no_data: the response has no content (HEAD, 204, 304, length 0). Everything points into b, h
+ * or static storage until kh_stream_head_free(b). Lives on the caller's stack. */
+typedef struct kh_head_buf {
+    kh_header *f; /* f_local, or malloc'd past KH_HEAD_LOCAL */
+    size_t n;
+    int no_data;
+    char st[8], cl[24];
+    char *lower; /* the lower-cased names: lower_local, or malloc'd past it */
+    kh_header f_local[KH_HEAD_LOCAL];
+    char lower_local[256];
+} kh_head_buf;
+void kh_stream_head_build(kh_head_buf *b, const kh_stream *s, int status, const kh_header *h,
+                          size_t n, int64_t clen);
+void kh_stream_head_free(kh_head_buf *b);
+
 /* "Not Found" for 404, etc.; "" for unknown codes. */
 const char *kh_status_reason(int status);
 

@@ -31,7 +31,7 @@ async def main(url, out):
             for _ in range(5):
                 f.write(await asyncio.wait_for(ws.recv(), 60) + "\n")
                 f.flush()
-        await asyncio.sleep(4)  # then leaves (close frame)
+        await asyncio.sleep(6)  # then leaves (close frame)
 asyncio.run(main(sys.argv[1], sys.argv[2]))
 ]]
 
@@ -47,7 +47,7 @@ describe("k.send_to after a hot reload", function()
         local files, ids = {}, {}
         for i, flag in ipairs { "--http1.1", "--http2-prior-knowledge" } do
             files[i] = srv.dir .. "/sse" .. i .. ".out"
-            os.execute("curl -s -N " .. flag .. " --max-time 8 " .. server.sh_quote(srv:url("/events"))
+            os.execute("curl -s -N " .. flag .. " --max-time 12 " .. server.sh_quote(srv:url("/events"))
                 .. " > " .. files[i] .. " 2>/dev/null &")
         end
         local py = srv.dir .. "/ws.py"
@@ -90,9 +90,9 @@ describe("k.send_to after a hot reload", function()
             assert.truthy(ok, "client " .. i .. " got: " .. text(i))
         end
         -- the old instance of each worker holding a stream served it all along, and is closed
-        -- once they end (the WebSocket client leaves 4 s after its 5th message, curl after 8 s: the SSE
-        -- keep-alive, which goes on in a retired instance, finds it gone); a send to a stream
-        -- of a closed instance is posted and dropped
+        -- once they end (the WebSocket client leaves 6 s after its 5th message, curl after
+        -- 12 s: the SSE keep-alive, which goes on in a retired instance, finds it gone); a send
+        -- to a stream of a closed instance is posted and dropped
         local log = srv:log():sub(mark + 1)
         local holders = {}
         for i = 1, 3 do holders[ids[i]:match("^%d+")] = true end

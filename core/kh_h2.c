@@ -1219,7 +1219,8 @@ static void h2_on_shutdown(kh_conn *c)
 
 static void h2_free(h2_conn *h)
 {
-    kh_worker_dtimer_cancel(h->c->w, &h->tun_timer);
+    if (kh_dtimer_active(&h->tun_timer))
+        kh_worker_dtimer_cancel(h->c->w, &h->tun_timer);
     nghttp2_session_del(h->ng);
     free(h);
 }

@@ -24,15 +24,18 @@ k.get("/v", function() return V end)
 end
 
 local WS_CLIENT = [[
-import asyncio, sys, websockets
-async def main(url, out):
+import asyncio, os, sys, time, websockets
+async def main(url, out, stop):
     async with websockets.connect(url, compression=None) as ws:
         with open(out, "w") as f:
             for _ in range(5):
                 f.write(await asyncio.wait_for(ws.recv(), 60) + "\n")
                 f.flush()
-        await asyncio.sleep(6)  # then leaves (close frame)
-asyncio.run(main(sys.argv[1], sys.argv[2]))
+        t = time.time()
+        while not os.path.exists(stop) and time.time() - t < 60:
+            await asyncio.sleep(0.05)
+    # leaves (close frame) once told
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))
 ]]
 
 describe("k.send_to after a hot reload", function()
@@ -44,17 +47,21 @@ describe("k.send_to after a hot reload", function()
 
     it("reaches SSE streams and a WebSocket the old instance holds, from the new code", function()
         srv = server.start { app = app("v1"), tls = false, workers = 2, args = { "--sse-keepalive-ms", "300" } }
-        local files, ids = {}, {}
+        local files, ids, pids = {}, {}, {}
         for i, flag in ipairs { "--http1.1", "--http2-prior-knowledge" } do
             files[i] = srv.dir .. "/sse" .. i .. ".out"
-            os.execute("curl -s -N " .. flag .. " --max-time 12 " .. server.sh_quote(srv:url("/events"))
-                .. " > " .. files[i] .. " 2>/dev/null &")
+            os.execute("curl -s -N " .. flag .. " --max-time 60 " .. server.sh_quote(srv:url("/events"))
+                .. " > " .. files[i] .. " 2>/dev/null & echo $! > " .. files[i] .. ".pid")
+            pids[i] = server.wait_until(5, function()
+                return (server.read_file(files[i] .. ".pid") or ""):match("^(%d+)")
+            end)
         end
+        local stop = srv.dir .. "/ws.stop"
         local py = srv.dir .. "/ws.py"
         server.write_file(py, WS_CLIENT)
         files[3] = srv.dir .. "/ws.out"
         os.execute("/usr/bin/python3 " .. py .. " " .. server.sh_quote(srv:url("/ws"):gsub("^http", "ws"))
-            .. " " .. files[3] .. " >" .. files[3] .. ".err 2>&1 &")
+            .. " " .. files[3] .. " " .. stop .. " >" .. files[3] .. ".err 2>&1 &")
         local function text(i) return server.read_file(files[i]) or "" end
         for i = 1, 3 do
             ids[i] = server.wait_until(10, function()
@@ -89,16 +96,17 @@ describe("k.send_to after a hot reload", function()
             end)
             assert.truthy(ok, "client " .. i .. " got: " .. text(i))
         end
-        -- the old instance of each worker holding a stream served it all along, and is closed
-        -- once they end (the WebSocket client leaves 6 s after its 5th message, curl after
-        -- 12 s: the SSE keep-alive, which goes on in a retired instance, finds it gone); a send
-        -- to a stream of a closed instance is posted and dropped
+        -- the old instance of each worker holding a stream serves it all along, and is closed
+        -- once they end (the SSE keep-alive, which goes on in a retired instance, finds an
+        -- HTTP/1.1 client gone); a send to a stream of a closed instance is posted and dropped
         local log = srv:log():sub(mark + 1)
         local holders = {}
         for i = 1, 3 do holders[ids[i]:match("^%d+")] = true end
         for w in pairs(holders) do
             assert.is_nil(log:match("w" .. w .. ": reload: generation 1 closed"))
         end
+        for i = 1, 2 do os.execute("kill " .. pids[i]) end -- the curls this spec started
+        server.write_file(stop, "")
         for w in pairs(holders) do
             assert.truthy(srv:wait_log("w" .. w .. ": reload: generation 1 closed", 15, mark),
                 "w" .. w .. " (ids " .. table.concat(ids, " ") .. "):\n" .. srv:log():sub(mark + 1))

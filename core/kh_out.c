@@ -71,6 +71,7 @@ struct kh_out {
     int port;
     char host[HOST_MAX];
     char key[KEY_MAX];
+    uint32_t keyhash; /* of key: the pool's scans compare it before the strings */
     const char *pool; /* points into key when the caller named the pool */
     /* TLS */
     kh_tls_client *tls;
@@ -581,35 +582,93 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 /* ---- TLS ---- */
 
+/* The TLS settings as a connection keeps them (and its pool key spells them). */
+typedef struct tls_fields {
+    char sni[HOST_MAX];
+    char ca[HOST_MAX];
+    char alpn[128];
+    int verify;
+} tls_fields;
+
+static void tls_fields_of(const char *host, const kh_out_tls_opts *t, tls_fields *f)
+{
+    snprintf(f->sni, sizeof f->sni, "%s", t->server_name && *t->server_name ? t->server_name : host);
+    /* "[::1]" -> "::1" for the name check */
+    size_t l = strlen(f->sni);
+    if (l >= 2 && f->sni[0] == '[' && f->sni[l - 1] == ']') {
+        memmove(f->sni, f->sni + 1, l - 2);
+        f->sni[l - 2] = '\0';
+    }
+    f->verify = t->verify;
+    snprintf(f->ca, sizeof f->ca, "%s", t->ca_file ? t->ca_file : "");
+    snprintf(f->alpn, sizeof f->alpn, "%s", t->alpn ? t->alpn : "");
+}
+
 static void copy_tls_opts(kh_out *o, const kh_out_tls_opts *t)
 {
-    snprintf(o->sni, sizeof o->sni, "%s", t->server_name && *t->server_name ? t->server_name : o->host);
-    /* "[::1]" -> "::1" for the name check */
-    size_t l = strlen(o->sni);
-    if (l >= 2 && o->sni[0] == '[' && o->sni[l - 1] == ']') {
-        memmove(o->sni, o->sni + 1, l - 2);
-        o->sni[l - 2] = '\0';
+    tls_fields f;
+    tls_fields_of(o->host, t, &f);
+    memcpy(o->sni, f.sni, sizeof o->sni);
+    memcpy(o->ca, f.ca, sizeof o->ca);
+    memcpy(o->alpn, f.alpn, sizeof o->alpn);
+    o->verify = f.verify;
+}
+
+static uint32_t key_hash(const char *k)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *k; k++)
+        h = (h ^ (unsigned char)*k) * 16777619u;
+    return h;
+}
+
+/* The pool key of (host, port, deny_private, TLS settings | NULL), or the caller's pool name:
+ * deny_private is part of it, so a connection made without the check is never handed to a
+ * caller that asked for it. Returns its hash. */
+static uint32_t key_build(char key[KEY_MAX], const char *pool, const char *host, int port,
+                          int deny_private, const tls_fields *tf)
+{
+    if (pool && *pool) {
+        snprintf(key, KEY_MAX, "%s", pool);
+    } else if (tf) {
+        snprintf(key, KEY_MAX, "%s:%d%s:tls:%s:%d:%s:%s", host, port, deny_private ? ":dp" : "",
+                 tf->sni, tf->verify, tf->ca, tf->alpn);
+    } else {
+        /* the common case, once per request: by hand rather than through snprintf */
+        size_t hl = strlen(host); /* < HOST_MAX */
+        char *p = key;
+        memcpy(p, host, hl);
+        p += hl;
+        *p++ = ':';
+        char digits[8];
+        int nd = 0;
+        do {
+            digits[nd++] = (char)('0' + port % 10);
+            port /= 10;
+        } while (port > 0);
+        while (nd > 0)
+            *p++ = digits[--nd];
+        if (deny_private) {
+            memcpy(p, ":dp", 3);
+            p += 3;
+        }
+        *p = '\0';
     }
-    o->verify = t->verify;
-    snprintf(o->ca, sizeof o->ca, "%s", t->ca_file ? t->ca_file : "");
-    snprintf(o->alpn, sizeof o->alpn, "%s", t->alpn ? t->alpn : "");
+    return key_hash(key);
 }
 
 static void make_key(kh_out *o, const char *pool)
 {
-    if (pool && *pool) {
-        snprintf(o->key, sizeof o->key, "%s", pool);
-        o->pool = o->key;
-        return;
+    tls_fields tf;
+    int tls = !(pool && *pool) && (o->want_tls || o->tls);
+    if (tls) {
+        memcpy(tf.sni, o->sni, sizeof tf.sni);
+        memcpy(tf.ca, o->ca, sizeof tf.ca);
+        memcpy(tf.alpn, o->alpn, sizeof tf.alpn);
+        tf.verify = o->verify;
     }
-    /* deny_private is part of the key: a connection made without the check is never handed to
-     * a caller that asked for it */
-    if (o->want_tls || o->tls)
-        snprintf(o->key, sizeof o->key, "%s:%d%s:tls:%s:%d:%s:%s", o->host, o->port,
-                 o->deny_private ? ":dp" : "", o->sni, o->verify, o->ca, o->alpn);
-    else
-        snprintf(o->key, sizeof o->key, "%s:%d%s", o->host, o->port,
-                 o->deny_private ? ":dp" : "");
+    o->keyhash = key_build(o->key, pool, o->host, o->port, o->deny_private, tls ? &tf : NULL);
+    o->pool = pool && *pool ? o->key : NULL;
 }
 
 static int tls_begin(kh_out *o)
@@ -675,10 +734,8 @@ int kh_out_tls(kh_out *o, const kh_out_tls_opts *t, uint64_t timeout_ms, kh_out_
         return UV_EBUSY;
     if (o->tls) {
         /* a pooled TLS connection: already done, if it was made for the same settings */
-        kh_out probe;
-        memset(&probe, 0, sizeof probe);
-        memcpy(probe.host, o->host, sizeof probe.host);
-        copy_tls_opts(&probe, t);
+        tls_fields probe;
+        tls_fields_of(o->host, t, &probe);
         if (strcmp(probe.sni, o->sni) == 0 && probe.verify == o->verify &&
             strcmp(probe.ca, o->ca) == 0 && strcmp(probe.alpn, o->alpn) == 0)
             return 1;
@@ -784,12 +841,13 @@ static void dns_cb(void *arg, int status, const struct sockaddr_storage *addrs, 
         op_done(o, r);
 }
 
-static void pool_read_stop_and_take(kh_out *o)
+/* Takes a parked connection out of the pool. Reading stays on (it was on while parked): stopping
+ * and restarting it around every reuse would cost two epoll_ctl calls per request. */
+static void pool_take(kh_out *o)
 {
     kh_out_reg *r = o->reg;
     idle_unlink(o);
     uv_timer_stop(&o->timer);
-    stop_reading(o);
     o->state = S_OPEN;
     o->reused++;
     r->reuses++;
@@ -873,25 +931,35 @@ kh_out *kh_out_connect(kh_worker *w, const kh_out_target *t, kh_out_cb cb, void 
         *rc = UV_EINVAL;
         return NULL;
     }
+    /* the pool first: the most recently parked connection with this key (the key is built on
+     * the stack: a reused connection costs no allocation) */
+    char key[KEY_MAX];
+    tls_fields tf;
+    if (t->tls)
+        tls_fields_of(t->host, t->tls, &tf);
+    uint32_t kh = key_build(key, t->pool, t->host, t->port, t->deny_private, t->tls ? &tf : NULL);
+    for (kh_out *p = r->idle_tail; p; p = p->idle_prev) {
+        if (p->keyhash == kh && strcmp(p->key, key) == 0) {
+            pool_take(p);
+            *rc = 1;
+            return p;
+        }
+    }
     kh_out *o = kh_xcalloc(1, sizeof *o);
     o->reg = r;
     o->port = t->port;
     snprintf(o->host, sizeof o->host, "%s", t->host);
     if (t->tls) {
-        copy_tls_opts(o, t->tls);
+        memcpy(o->sni, tf.sni, sizeof o->sni);
+        memcpy(o->ca, tf.ca, sizeof o->ca);
+        memcpy(o->alpn, tf.alpn, sizeof o->alpn);
+        o->verify = tf.verify;
         o->want_tls = 1;
     }
     o->deny_private = t->deny_private;
-    make_key(o, t->pool);
-    /* the pool first: the most recently parked connection with this key */
-    for (kh_out *p = r->idle_tail; p; p = p->idle_prev) {
-        if (strcmp(p->key, o->key) == 0) {
-            free(o);
-            pool_read_stop_and_take(p);
-            *rc = 1;
-            return p;
-        }
-    }
+    memcpy(o->key, key, sizeof o->key);
+    o->keyhash = kh;
+    o->pool = t->pool && *t->pool ? o->key : NULL;
     o->connect_timeout = t->timeout_ms;
     uv_timer_init(&w->loop, &o->timer);
     o->timer.data = o;
@@ -1105,23 +1173,31 @@ int kh_out_keepalive(kh_out *o, uint64_t idle_ms, int pool_size)
     if (o->state != S_OPEN || o->op != OP_NONE || o->broken || o->eof || o->rerr || o->shut ||
         o->wbusy)
         return UV_ENOTCONN;
-    /* input nobody read yet, in our buffer or still in the kernel's (no read runs between
-     * operations), or a peer that already closed: not reusable */
-    char probe;
+    /* Input nobody read yet, or a peer that already closed: not reusable. When reading is on
+     * (it stays on after a read: the usual case, a request/reply exchange), libuv has taken
+     * what the loop's last poll saw, so the buffer and the eof flag tell; whatever comes later
+     * finds the connection parked, and read_cb closes it there. No syscall then. Only a
+     * connection that never read (connect, send, setkeepalive) asks the kernel (MSG_PEEK).
+     * What this gives up: bytes that arrived after the poll that is being dispatched, on a
+     * connection parked and taken again before the next poll, are read as the next reply;
+     * MSG_PEEK only narrowed that window, as a FIN or a byte can come right after it too. */
+    ssize_t k = -1;
     uv_os_fd_t fd;
-    ssize_t k = uv_fileno((uv_handle_t *)&o->tcp, &fd) == 0
-                    ? recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT)
-                    : -1;
-    if (k > 0 && o->tls) {
-        /* over TLS the bytes may be only post-handshake messages (TLS 1.3 session tickets):
-         * let the TLS client take them (on the loop's thread, between two of libuv's reads) */
-        ssize_t got;
-        while ((got = recv(fd, r->w->read_slab, 65536, MSG_DONTWAIT)) > 0)
-            kh_tls_client_feed(o->tls, r->w->read_slab, (size_t)got);
-        tls_drain(o);
-        k = got == 0 || o->eof ? 0 : -1;
-        if (o->rerr)
-            return o->rerr;
+    if (!o->reading && uv_fileno((uv_handle_t *)&o->tcp, &fd) == 0) {
+        char probe;
+        k = recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (k > 0 && o->tls) {
+            /* over TLS the bytes may be only post-handshake messages (TLS 1.3 session
+             * tickets): let the TLS client take them (on the loop's thread, between two of
+             * libuv's reads) */
+            ssize_t got;
+            while ((got = recv(fd, r->w->read_slab, 65536, MSG_DONTWAIT)) > 0)
+                kh_tls_client_feed(o->tls, r->w->read_slab, (size_t)got);
+            tls_drain(o);
+            k = got == 0 || o->eof ? 0 : -1;
+            if (o->rerr)
+                return o->rerr;
+        }
     }
     if (o->in_len > 0 || k > 0) {
         snprintf(o->errmsg, sizeof o->errmsg, "unread data in the buffer");
@@ -1148,10 +1224,10 @@ int kh_out_keepalive(kh_out *o, uint64_t idle_ms, int pool_size)
     /* room for it under its key's size and the worker's outbound_pool: the oldest go first */
     int same = 0;
     for (kh_out *p = r->idle_head; p; p = p->idle_next)
-        same += strcmp(p->key, o->key) == 0;
+        same += p->keyhash == o->keyhash && strcmp(p->key, o->key) == 0;
     for (kh_out *p = r->idle_head; p && same >= pool_size;) {
         kh_out *next = p->idle_next;
-        if (strcmp(p->key, o->key) == 0) {
+        if (p->keyhash == o->keyhash && strcmp(p->key, o->key) == 0) {
             r->evicted++;
             kh_out_close(p);
             same--;

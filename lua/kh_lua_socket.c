@@ -709,6 +709,16 @@ static int l_info(lua_State *L)
     return 1;
 }
 
+/* reused(sock) -> times from the pool (0: new or closed), negotiated ALPN ("" when none): what
+ * k.http asks of every connection, without info()'s table */
+static int l_reused(lua_State *L)
+{
+    lsock *s = check(L);
+    lua_pushinteger(L, s->o ? kh_out_reused(s->o) : 0);
+    lua_pushstring(L, s->o ? kh_out_alpn(s->o) : "");
+    return 2;
+}
+
 static int l_gc(lua_State *L)
 {
     lsock *s = luaL_checkudata(L, 1, SOCK_MT);
@@ -759,6 +769,7 @@ void kh__lua_open_socket(lua_State *L, kh_lua *K)
         {"socket_getpeername", l_getpeername},
         {"socket_setoption", l_setoption},
         {"socket_info", l_info},
+        {"socket_reused", l_reused},
         {"socket_stats", l_stats},
         {"socket_resolve", l_resolve},
         {"socket_gettime", l_gettime},

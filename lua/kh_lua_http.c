@@ -102,8 +102,17 @@ typedef struct lh1 {
     int failed;
 } lh1;
 
+/* The reader at 1; its metatable is upvalue 1 of the h1 functions (a pointer compare rather
+ * than luaL_checkudata's registry lookup by name on every call). */
 static lh1 *check_h1(lua_State *L)
 {
+    void *p = lua_touserdata(L, 1);
+    if (p != NULL && lua_getmetatable(L, 1)) {
+        int same = lua_rawequal(L, -1, lua_upvalueindex(1));
+        lua_pop(L, 1);
+        if (same)
+            return p;
+    }
     return luaL_checkudata(L, 1, H1_MT);
 }
 
@@ -297,7 +306,7 @@ static int l_h1_started(lua_State *L)
 
 static int l_h1_gc(lua_State *L)
 {
-    lh1 *h = check_h1(L);
+    lh1 *h = luaL_checkudata(L, 1, H1_MT);
     free(h->buf);
     free(h->fields);
     h->buf = NULL;
@@ -583,8 +592,11 @@ void kh__lua_open_http(lua_State *L, struct kh_lua *K)
         {"http_h2_state", l_h2_state},
         {NULL, NULL},
     };
+    luaL_getmetatable(L, H1_MT);
     for (const luaL_Reg *f = fns; f->name; f++) {
-        lua_pushcfunction(L, f->func);
-        lua_setfield(L, -2, f->name);
+        lua_pushvalue(L, -1); /* upvalue 1: the h1 reader's metatable (check_h1) */
+        lua_pushcclosure(L, f->func, 1);
+        lua_setfield(L, -3, f->name);
     }
+    lua_pop(L, 1);
 }

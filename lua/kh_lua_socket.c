@@ -53,9 +53,18 @@ static int misuse(lua_State *L, const char *fmt, ...)
     return 2;
 }
 
+/* The socket at 1. Its metatable is upvalue 2 of every function here: a pointer compare, where
+ * luaL_checkudata would look the name up in the registry (interning it) on every call. */
 static lsock *check(lua_State *L)
 {
-    return luaL_checkudata(L, 1, SOCK_MT);
+    void *p = lua_touserdata(L, 1);
+    if (p != NULL && lua_getmetatable(L, 1)) {
+        int same = lua_rawequal(L, -1, lua_upvalueindex(2));
+        lua_pop(L, 1);
+        if (same)
+            return p;
+    }
+    return luaL_checkudata(L, 1, SOCK_MT); /* raises luaL's "bad argument" error */
 }
 
 static int fail(lua_State *L, const char *err)
@@ -776,14 +785,16 @@ void kh__lua_open_socket(lua_State *L, kh_lua *K)
         {"socket_tls_preload", l_tls_preload},
         {NULL, NULL},
     };
-    for (const luaL_Reg *f = fns; f->name; f++) {
-        lua_pushlightuserdata(L, K);
-        lua_pushcclosure(L, f->func, 1);
-        lua_setfield(L, -2, f->name);
-    }
     if (luaL_newmetatable(L, SOCK_MT)) {
         lua_pushcfunction(L, l_gc);
         lua_setfield(L, -2, "__gc");
+    }
+    int mt = lua_gettop(L);
+    for (const luaL_Reg *f = fns; f->name; f++) {
+        lua_pushlightuserdata(L, K);
+        lua_pushvalue(L, mt);
+        lua_pushcclosure(L, f->func, 2);
+        lua_setfield(L, -3, f->name);
     }
     lua_pop(L, 1);
 }

@@ -515,9 +515,9 @@ end
 
 -- ---- one request on one connection (no redirects) ----
 
--- connect options of a cleartext request (read, never changed, by socket_connect)
-local PLAIN = { [false] = { deny_private = false, backlog = 0 },
-    [true] = { deny_private = true, backlog = 0 } }
+-- connect options of a cleartext request (read, never changed, by socket_connect); none at
+-- all, the usual case, saves socket_connect five lookups
+local PLAIN = { [false] = nil, [true] = { deny_private = true, backlog = 0 } }
 
 local function h2_result(head, nx)
     return head.status, header_table(head.fields), head.reason, head.version, nil, nx

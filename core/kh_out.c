@@ -1134,6 +1134,11 @@ const char *kh_out_data(const kh_out *o, size_t *len)
     return o->in ? o->in : "";
 }
 
+int kh_out_input_ended(const kh_out *o)
+{
+    return o->state != S_OPEN || o->eof || o->rerr != 0;
+}
+
 size_t kh_out_ready(const kh_out *o)
 {
     return o->ready;

@@ -97,6 +97,8 @@ int kh_out_write(kh_out *o, const char *p, size_t n, uint64_t timeout_ms, kh_out
 size_t kh_out_written(const kh_out *o);
 int kh_out_read(kh_out *o, int mode, size_t n, uint64_t timeout_ms, kh_out_cb cb, void *arg);
 const char *kh_out_data(const kh_out *o, size_t *len);
+/* 1 when a read would answer at once without new input: the peer closed, or reading failed. */
+int kh_out_input_ended(const kh_out *o);
 size_t kh_out_ready(const kh_out *o);
 void kh_out_consume(kh_out *o, size_t n);
 void kh_out_cancel(kh_out *o);

@@ -416,8 +416,7 @@ local function h2_exchange(conn, o, u, fresh)
         sock:close()
         raise("k.http.request: " .. rerr)
     end
-    local id, serr = h2_submit(sess, o.method, u.scheme, u.authority, u.target, o.fields,
-        o.body or nil)
+    local id, serr = h2_submit(sess, o.method, u.scheme, u.authority, u.target, o.fields, o.body)
     if not id then return nil, serr, true end
     local function flush()
         local out = h2_send(sess)
@@ -646,26 +645,25 @@ end
 local function request(t, url, method)
     check_opts(t, url, method)
     local timeout = t.timeout or LIM.http_client_timeout_ms / 1000
-    -- every key in the constructor with a constant value: LuaJIT then copies a template that
-    -- already has all of them (a key whose value is an expression is inserted one at a time,
-    -- rehashing as the table grows); false stands for "none"
-    local o = { method = false, body = false, deadline = 0, connect_ms = false, read_ms = false,
+    -- Every key of the constructor has a constant value, then each gets its real one (nil
+    -- included: the key's slot stays): LuaJIT then copies a template that has all the keys,
+    -- where expression values would insert them one at a time, rehashing as the table grows
+    -- (~9 rehashes per request with `o` and `res`, a fifth of k.http's instructions).
+    local o = { method = "", body = false, deadline = 0, connect_ms = false, read_ms = false,
         send_ms = false, max_body = 0, verify = true, cafile = false, http2 = true, h2c = false,
         deny_private = false, keepalive_ms = 0, pool_size = 0, fields = false }
     o.method = method and method:upper() or (t.body and "POST" or "GET")
-    o.body = t.body or false
+    o.body = t.body
     o.deadline = now() + timeout
-    if t.connect_timeout then o.connect_ms = t.connect_timeout * 1000 end
-    if t.read_timeout then
-        o.read_ms = t.read_timeout * 1000
-        o.send_ms = o.read_ms
-    end
+    o.connect_ms = t.connect_timeout and t.connect_timeout * 1000
+    o.read_ms = t.read_timeout and t.read_timeout * 1000
+    o.send_ms = t.read_timeout and t.read_timeout * 1000
     o.max_body = t.max_body and floor(t.max_body) or LIM.http_client_body_bytes
-    if t.verify == false then o.verify = false end
-    o.cafile = t.cafile or false
-    if t.http2 == false then o.http2 = false end
-    if t.h2c then o.h2c = true end
-    if t.deny_private then o.deny_private = true end
+    o.verify = t.verify ~= false
+    o.cafile = t.cafile
+    o.http2 = t.http2 ~= false
+    o.h2c = t.h2c and true or false
+    o.deny_private = t.deny_private and true or false
     o.keepalive_ms = t.keepalive and t.keepalive * 1000 or LIM.socket_keepalive_ms
     o.pool_size = t.pool_size and floor(t.pool_size) or LIM.socket_pool_size
     local want_decode = t.decode ~= false
@@ -710,7 +708,7 @@ local function request(t, url, method)
                 return nil, "too many redirects"
             end
             local res = setmetatable({ status = 0, reason = "", headers = false, version = "",
-                url = "", decoded = false, body = false }, res_mt) -- constants: see `o`
+                url = "", decoded = false, body = false }, res_mt) -- constant values: see `o`
             res.status, res.reason, res.headers, res.version, res.url = status, reason, headers,
                 version, u.url
             res.body = nil

@@ -89,6 +89,7 @@ K=$(echo "${PER_CPU[khamsin-k.http]}" | median)
 N=$(echo "${PER_CPU[nginx-proxy_pass]}" | median)
 echo
 echo "## ratio (medians): khamsin k.http / nginx proxy_pass = $(ratio "$K" "$N")  (target >= 0.8)"
+echo "## ratio within each round, median: $(up_pair_ratio khamsin-k.http nginx-proxy_pass)"
 echo "## open upstream connections at the end (ss): khamsin $(ss -tnp 2>/dev/null | grep -c "pid=$KPID,.*" || true)"
 echo "## syscalls per proxied request (strace -c -f over a 2 s wrk window; strace slows the"
 echo "## server, the counts are what matters):"

@@ -68,3 +68,14 @@ up_medians() {
     printf '%-20s %12s  (%s)\n' "$name" "$(echo "${PER_CPU[$name]}" | median)" "$(echo "${PER_CPU[$name]}" | spread)"
   done
 }
+
+# up_pair_ratio A B: the ratio A/B within each round (the two windows ran back to back, under
+# about the same load), then their median and min..max: steadier than a ratio of medians when
+# the box's load drifts during the run.
+up_pair_ratio() {
+  local a=(${PER_CPU[$1]}) b=(${PER_CPU[$2]}) i rs=""
+  for ((i = 0; i < ${#a[@]}; i++)); do
+    rs="$rs $(ratio "${a[$i]}" "${b[$i]}")"
+  done
+  printf '%s  (%s; per round:%s)\n' "$(echo "$rs" | median)" "$(echo "$rs" | spread)" "$rs"
+}

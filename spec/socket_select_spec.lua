@@ -1,4 +1,5 @@
--- k.socket.luasocket()'s select on several sockets and settimeout's "t" (total) mode (issue 14).
+-- k.socket.luasocket()'s select on several sockets, settimeout's "t" (total) mode, and the keep-alive
+-- pool without MSG_PEEK (a parked connection the peer closes is dropped) (issue 14).
 -- The peers are khamsin itself: a connection to the server that sends nothing is never readable,
 -- one that asks /late?ms=N is readable N ms later, one that asks with Connection: close reaches
 -- EOF. Each route returns its findings as a JSON list.
@@ -85,6 +86,36 @@ k.get("/select_wait", function(req) -- held by the spec, which then leaves
 end)
 k.get("/waits", function() return r(waits.started, waits.ended) end)
 
+-- The pool without MSG_PEEK: a parked connection keeps reading, so the peer's close reaches it
+-- in the pool (dropped there) and a live one is handed out again as it is.
+k.get("/pool_close", function(req)
+    local port = self_port(req)
+    local function exchange(s, close)
+        assert(s:send("GET /late?ms=0 HTTP/1.1\r\nHost: x\r\n"
+            .. (close and "Connection: close\r\n" or "") .. "\r\n"))
+        local status = s:receive("*l")
+        repeat local l = s:receive("*l") until l == ""
+        assert(s:receive(4) == "late")
+        return status
+    end
+    local a = k.socket.tcp()
+    assert(a:connect("127.0.0.1", port, { pool = "pc" }))
+    local st1 = exchange(a, false)
+    local ka1 = a:setkeepalive(10000, 4)
+    local b = k.socket.tcp()
+    assert(b:connect("127.0.0.1", port, { pool = "pc" }))
+    local reused_b = b:getreusedtimes() -- the parked one, live
+    local st2 = exchange(b, true)       -- the server closes after this answer
+    local ka2 = b:setkeepalive(10000, 4) -- parked before or after its EOF came: either way...
+    k.sleep(0.3)
+    local c = k.socket.tcp()
+    assert(c:connect("127.0.0.1", port, { pool = "pc" }))
+    local reused_c = c:getreusedtimes() -- ...it is not handed out again
+    local st3 = exchange(c, false)
+    c:close()
+    return r(st1, ka1, reused_b, st2, ka2 == 1 or ka2 == nil, reused_c, st3)
+end)
+
 k.get("/tmode", function(req)
     local sock = k.socket.luasocket()
     local s = assert(sock.connect("127.0.0.1", self_port(req))) -- never answers
@@ -150,6 +181,12 @@ describe("k.socket select and timeout modes", function()
         assert.are.equal("pong", res.body)
         assert.are.same({ 1, 0 }, get_json("/waits"))
     end)
+
+    it("a pooled connection the peer closes while parked is dropped; a live one is reused",
+        function()
+            assert.are.same({ "HTTP/1.1 200 OK", 1, 1, "HTTP/1.1 200 OK", true, 0,
+                "HTTP/1.1 200 OK" }, get_json("/pool_close"))
+        end)
 
     it("settimeout's 't' mode caps a call: the smaller of block and total", function()
         assert.are.same({ 1, "timeout", true, "timeout", true, "timeout", true, false, true },

@@ -46,7 +46,9 @@
  * them ("timeout", "closed", "connection refused") and the TLS reason ("tls: certificate verify
  * failed: self-signed certificate"). Every error except a read timeout leaves the connection
  * unusable: the caller closes it. A read timeout keeps it (luasocket's and OpenResty's rule).
- * Timeouts: milliseconds; KH_OUT_NO_TIMEOUT waits forever. */
+ * Timeouts: milliseconds; KH_OUT_NO_TIMEOUT waits forever.
+ * Files: kh_out.c (life, operations, I/O), kh_out_connect.c, kh_out_pool.c (registry, keep-alive
+ * pool, per-key caps), kh_out_tls.c; kh_out_int.h is what they share. */
 #ifndef KH_OUT_H
 #define KH_OUT_H
 

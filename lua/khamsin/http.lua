@@ -325,7 +325,13 @@ local function h1_exchange(sock, o, u)
     end
     local t = read_s(o)
     if not t then return nil, "timeout" end
-    c_settimeouts(sock, nil, t, t)
+    -- o.rw_s: the send and read timeouts the socket has (once() set them): while the loop's
+    -- time has not moved (nothing yielded since), read_s gives the same value, and the call
+    -- would only set them again
+    if t ~= o.rw_s then
+        c_settimeouts(sock, nil, t, t)
+        o.rw_s = t
+    end
     local okw, werr = waited(c_send(sock, body and #body < 65536 and (req .. body) or req))
     if okw and body and #body >= 65536 then okw, werr = waited(c_send(sock, body)) end
     if not okw then return nil, werr, true end
@@ -336,7 +342,10 @@ local function h1_exchange(sock, o, u)
     while not status do
         t = read_s(o)
         if not t then return nil, "timeout" end
-        c_settimeouts(sock, nil, nil, t)
+        if t ~= o.rw_s then
+            c_settimeouts(sock, nil, nil, t)
+            o.rw_s = false -- the send timeout is another now
+        end
         local data, err = waited(c_receive(sock, "s", READ_CHUNK))
         if not data then
             if err == "closed" then
@@ -554,11 +563,11 @@ local function once(o, u)
     end
     for attempt = 1, 2 do
         local sock = get_sock()
-        local left = remaining_ms(o)
+        local left = o.deadline - now() -- seconds, as read_s computes them
         if left <= 0 then return nil, "timeout" end
-        left = left / 1000
         local ct = o.connect_ms and o.connect_ms / 1000 or left
         c_settimeouts(sock, ct < left and ct or left, left, left)
+        o.rw_s = left
         local copts = PLAIN[o.deny_private]
         if u.scheme == "https" then
             copts = { deny_private = o.deny_private, backlog = 0 }
@@ -651,7 +660,7 @@ local function request(t, url, method)
     -- (~9 rehashes per request with `o` and `res`, a fifth of k.http's instructions).
     local o = { method = "", body = false, deadline = 0, connect_ms = false, read_ms = false,
         send_ms = false, max_body = 0, verify = true, cafile = false, http2 = true, h2c = false,
-        deny_private = false, keepalive_ms = 0, pool_size = 0, fields = false }
+        deny_private = false, keepalive_ms = 0, pool_size = 0, fields = false, rw_s = false }
     o.method = method and method:upper() or (t.body and "POST" or "GET")
     o.body = t.body
     o.deadline = now() + timeout

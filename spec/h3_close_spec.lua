@@ -86,14 +86,14 @@ describe("HTTP/3 connection close", function()
         -- must still steer to them (were worker 0's socket to leave the reuseport group, the
         -- group's order would change under the router's feet)
         local srv = server.start { app = APP, tls = true, workers = 3,
-            args = { "--http3", "--log-level", "debug" } }
+            args = { "--http3", "--grace", "30", "--log-level", "debug" } }
         local port = quic_port(srv)
         local outs = {}
         for i, b in ipairs({ 1, 2, 2 }) do
             outs[i] = srv.dir .. "/c" .. i .. ".out"
             os.execute(string.format("(%s -w -o %s --first-dcid-byte %d --timeout 20 %s >%s 2>&1; echo rc=$? >>%s) &",
                 sh_quote(h3get_bin()), sh_quote(srv.dir .. "/c" .. i .. ".body"), b,
-                sh_quote(string.format("https://127.0.0.1:%d/big?s=3", port)), sh_quote(outs[i]),
+                sh_quote(string.format("https://127.0.0.1:%d/big?s=2", port)), sh_quote(outs[i]),
                 sh_quote(outs[i])))
         end
         assert.truthy(server.wait_until(15, function()

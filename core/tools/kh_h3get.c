@@ -39,6 +39,9 @@
  *          --raw-bidi HEX     open a bidirectional stream with these bytes, FIN after them
  *          --no-h3            no HTTP/3 layer of our own (no control or QPACK streams): the
  *                             raw streams are all the server gets
+ *          --fork N           run the whole job N times at once, each in a child process
+ *                             (with --linger: N idle connections held together, for the
+ *                             memory bench); exit 0 when every child succeeded
  *          --first-dcid-byte B the first byte of the first Initial's DCID (khamsin's CID
  *                             router sends it to worker B mod workers)
  * Out:   exit 0 when every response arrived complete; 1 otherwise (a message on stderr).
@@ -57,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,7 +79,7 @@ typedef struct {
     int replay, replay_late_ms;
     struct { uint8_t b[256]; size_t n; int bidi; } raw[8];
     int nraw, no_h3;
-    int dcid_byte;
+    int dcid_byte, forks;
 } opts_t;
 
 typedef struct {
@@ -955,6 +959,8 @@ int main(int argc, char **argv)
             O.nraw++;
         } else if (i + 1 < argc && strcmp(a, "--first-dcid-byte") == 0)
             O.dcid_byte = atoi(argv[++i]) & 0xff;
+        else if (i + 1 < argc && strcmp(a, "--fork") == 0)
+            O.forks = atoi(argv[++i]);
         else if (strcmp(a, "--no-h3") == 0)
             O.no_h3 = 1;
         else if (strcmp(a, "-w") == 0)
@@ -990,8 +996,31 @@ int main(int argc, char **argv)
     O.authority = authority;
     O.dump = dump ? (strcmp(dump, "-") == 0 ? stdout : fopen(dump, "w")) : NULL;
     O.out = out ? (strcmp(out, "/dev/null") == 0 ? NULL : fopen(out, "wb")) : stdout;
-    gnutls_global_init();
     int failed = 0;
+    if (O.forks > 1) { /* --fork: the children do the job, the parent counts */
+        fflush(NULL);
+        for (int i = 0; i < O.forks; i++) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                O.forks = 0;
+                break;
+            }
+            if (pid < 0) {
+                perror("kh-h3get: fork");
+                failed++;
+            }
+        }
+        if (O.forks > 1) {
+            int st;
+            while (wait(&st) > 0)
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                    failed++;
+            if (failed)
+                fprintf(stderr, "kh-h3get: %d of %d processes failed\n", failed, O.forks);
+            return failed ? 1 : 0;
+        }
+    }
+    gnutls_global_init();
     for (int i = 0; i < O.conns; i++)
         if (run_conn() != 0)
             failed++;

@@ -17,7 +17,16 @@
  * CIDs: every CID we issue is SCID_LEN bytes, the first the worker's id, by which the reuseport
  *        program of kh_listen.c routes packets to their worker. Stateless reset tokens come from
  *        a secret all workers share (ctx); a short-header packet for an unknown CID of this
- *        worker gets a stateless reset, one for another worker's CID nothing. */
+ *        worker gets a stateless reset, one for another worker's CID nothing.
+ * Close: RFC 9000 §10.2. A connection we close (CONNECTION_CLOSE sent) or the peer closed
+ *        (draining) gives up its ngtcp2, TLS and HTTP/3 state and its registry entry at once, but
+ *        its CIDs stay in the table for three PTOs (ep->closed): packets for them get the saved
+ *        CONNECTION_CLOSE datagram again (closing; the 1st, 2nd, 4th, 8th... packet) or nothing
+ *        (draining), not a stateless reset. An idle timeout or a dropped first packet frees at
+ *        once; so does any close while the worker stops (its table goes with it).
+ * Stop:  each worker reads a duplicate of main's UDP socket and closes only that; main closes
+ *        the sockets once every worker has stopped, so the reuseport group, and the router's
+ *        index -> worker mapping, stays whole while slower workers still drain. */
 #include <ngtcp2/ngtcp2.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 #include <errno.h>

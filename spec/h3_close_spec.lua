@@ -32,7 +32,7 @@ local function run(cmd)
 end
 
 local function quic_port(srv)
-    return tonumber(srv:wait_log("listening on 127%.0%.0%.1:(%d+) %(quic%)", 5))
+    return tonumber(srv:wait_log("listening on 127%.0%.0%.1:(%d+) %(quic%)", 15))
 end
 
 local function h3get(port, path, args)
@@ -50,7 +50,8 @@ end
 
 describe("HTTP/3 connection close", function()
     it("keeps a connection it closed in its closing period, answering with CONNECTION_CLOSE", function()
-        local srv = server.start { app = APP, tls = true, args = { "--http3", "--log-level", "debug" } }
+        local srv = server.start { app = APP, tls = true, start_timeout = 20,
+            args = { "--http3", "--log-level", "debug" } }
         with(srv, function()
             -- the server closes the connection (DATA before HEADERS: H3_FRAME_UNEXPECTED); the
             -- client then sends 8 more packets at once, and one 4 s later (past three PTOs, even
@@ -70,7 +71,8 @@ describe("HTTP/3 connection close", function()
     end)
 
     it("drains a connection the client closed: silence, then a stateless reset", function()
-        local srv = server.start { app = APP, tls = true, args = { "--http3", "--log-level", "debug" } }
+        local srv = server.start { app = APP, tls = true, start_timeout = 20,
+            args = { "--http3", "--log-level", "debug" } }
         with(srv, function()
             local out, rc = h3get(quic_port(srv), "/", { "-w", "--replay", "8", "--replay-late", "4000" })
             assert.are.equal(0, rc, out)
@@ -90,7 +92,7 @@ describe("HTTP/3 connection close", function()
         -- send a 3.2 MB response that needs the client's window updates, which the CID router
         -- must still steer to them (were worker 0's socket to leave the reuseport group, the
         -- group's order would change under the router's feet)
-        local srv = server.start { app = APP, tls = true, workers = 3,
+        local srv = server.start { app = APP, tls = true, start_timeout = 20, workers = 3,
             args = { "--http3", "--grace", "30", "--log-level", "debug" } }
         local port = quic_port(srv)
         local outs = {}

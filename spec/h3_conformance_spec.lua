@@ -31,7 +31,7 @@ local function run(cmd)
 end
 
 local function quic_port(srv)
-    return tonumber(srv:wait_log("listening on 127%.0%.0%.1:(%d+) %(quic%)", 5))
+    return tonumber(srv:wait_log("listening on 127%.0%.0%.1:(%d+) %(quic%)", 15))
 end
 
 local srv, port
@@ -73,12 +73,13 @@ end
 
 describe("HTTP/3 conformance: bad input", function()
     setup(function()
-        srv = server.start { app = APP, tls = true, args = { "--http3", "--log-level", "debug" } }
+        srv = server.start { app = APP, tls = true, start_timeout = 20,
+            args = { "--http3", "--log-level", "debug" } }
         port = quic_port(srv)
     end)
 
     teardown(function()
-        srv:stop()
+        if srv then srv:stop() end
     end)
 
     it("drops malformed datagrams, answers an unknown version with Version Negotiation", function()

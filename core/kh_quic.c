@@ -17,13 +17,25 @@
  * CIDs: every CID we issue is SCID_LEN bytes, the first the worker's id, by which the reuseport
  *        program of kh_listen.c routes packets to their worker. Stateless reset tokens come from
  *        a secret all workers share (ctx); a short-header packet for an unknown CID of this
- *        worker gets a stateless reset, one for another worker's CID nothing. */
+ *        worker gets a stateless reset, one for another worker's CID nothing.
+ * Close: RFC 9000 §10.2. A connection we close (CONNECTION_CLOSE sent) or the peer closed
+ *        (draining) gives up its ngtcp2, TLS and HTTP/3 state and its registry entry at once, but
+ *        its CIDs stay in the table for three PTOs (ep->closed): packets for them get the saved
+ *        CONNECTION_CLOSE datagram again (closing; the 1st, 2nd, 4th, 8th... packet) or nothing
+ *        (draining), not a stateless reset. An idle timeout or a dropped first packet frees at
+ *        once; so does any close while the worker stops (its table goes with it).
+ * Stop:  each worker reads a duplicate of main's UDP socket and closes only that; main closes
+ *        the sockets once every worker has stopped, so the reuseport group, and the router's
+ *        index -> worker mapping, stays whole while slower workers still drain. */
 #include <ngtcp2/ngtcp2.h>
 #include <ngtcp2/ngtcp2_crypto.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "kh_conn.h"
@@ -70,9 +82,13 @@ typedef struct quic_ep {
     char *rbuf;
     cid_entry **buckets;
     size_t nbuckets, ncids;
+    struct kh_quic_conn *closed; /* connections in their closing or draining period */
+    size_t nclosed;
 } quic_ep;
 
-enum { Q_CLOSING = 1, Q_DEAD = 2, Q_SHUTDOWN = 4, Q_IN_CALL = 8 };
+/* Q_CLOSED: in the closing (close_pkt set) or draining period: only the CIDs, the saved
+ * CONNECTION_CLOSE and the timer are left, and the worker's registry no longer counts it */
+enum { Q_CLOSING = 1, Q_DEAD = 2, Q_SHUTDOWN = 4, Q_IN_CALL = 8, Q_CLOSED = 16 };
 
 struct kh_quic_conn {
     kh_wconn wc;
@@ -91,6 +107,12 @@ struct kh_quic_conn {
     int flags;
     uint64_t app_error; /* kh_quic_app_error's code while Q_CLOSING */
     int app_error_set;
+    /* Q_CLOSED: the CONNECTION_CLOSE datagram sent (NULL: draining), answered again to the
+     * packets that keep coming (the 1st, 2nd, 4th, 8th...: RFC 9000 §10.2.1 rate limit) */
+    uint8_t *close_pkt;
+    size_t close_len;
+    uint32_t closed_pkts;
+    kh_quic_conn *closed_prev, *closed_next;
 };
 
 static uint64_t now_ts(void)
@@ -177,25 +199,47 @@ static void cid_remove(kh_quic_conn *q, const ngtcp2_cid *cid)
 
 /* ---- connection lifecycle ---- */
 
+/* Everything but the CIDs and the struct: the ngtcp2 connection, its TLS session, the HTTP/3
+ * state, the registry entry (so a graceful stop does not wait for a closing period). */
+static void conn_release(kh_quic_conn *q)
+{
+    kh_worker *w = q->ep->w;
+    kh_worker_dtimer_cancel(w, &q->timer);
+    kh_h3_free(q->h3); /* resets what the app still holds */
+    q->h3 = NULL;
+    if (q->qc)
+        ngtcp2_conn_del(q->qc);
+    q->qc = NULL;
+    kh_quic_session_free(q->tls);
+    q->tls = NULL;
+    kh_worker_conn_remove(w, &q->wc);
+}
+
 static void conn_free(kh_quic_conn *q)
 {
     if (q->flags & Q_DEAD)
         return;
     q->flags |= Q_DEAD;
-    kh_worker *w = q->ep->w;
-    kh_worker_dtimer_cancel(w, &q->timer);
-    kh_h3_free(q->h3); /* resets what the app still holds */
-    q->h3 = NULL;
+    quic_ep *ep = q->ep;
+    if (q->flags & Q_CLOSED) {
+        kh_worker_dtimer_cancel(ep->w, &q->timer);
+        if (q->closed_prev)
+            q->closed_prev->closed_next = q->closed_next;
+        else
+            ep->closed = q->closed_next;
+        if (q->closed_next)
+            q->closed_next->closed_prev = q->closed_prev;
+        ep->nclosed--;
+        free(q->close_pkt);
+    } else {
+        conn_release(q);
+    }
     while (q->cids) {
         cid_entry *e = q->cids;
         q->cids = e->conn_next;
-        cid_unlink(q->ep, e);
+        cid_unlink(ep, e);
         free(e);
     }
-    if (q->qc)
-        ngtcp2_conn_del(q->qc);
-    kh_quic_session_free(q->tls);
-    kh_worker_conn_remove(w, &q->wc);
     free(q);
 }
 
@@ -207,7 +251,47 @@ static void send_to(quic_sock *s, const struct sockaddr *to, const uint8_t *p, s
         KH_LOG_DEBUG("quic: send: %s", uv_strerror(r));
 }
 
-/* CONNECTION_CLOSE (once, best effort), then free. */
+/* The closing (pkt: the CONNECTION_CLOSE datagram just sent) or draining (pkt NULL: the peer
+ * closed) period of RFC 9000 §10.2: the connection's state goes, its CIDs stay for three PTOs
+ * so that late packets get the CONNECTION_CLOSE again (closing) or nothing (draining) instead
+ * of a stateless reset; then they go too. Not while the worker stops (it frees everything). */
+static void enter_closed(kh_quic_conn *q, const uint8_t *pkt, size_t n)
+{
+    quic_ep *ep = q->ep;
+    kh_worker *w = ep->w;
+    uint64_t pto_ms = q->qc ? (ngtcp2_conn_get_pto(q->qc) + NGTCP2_MILLISECONDS - 1) /
+                                  NGTCP2_MILLISECONDS
+                            : 0;
+    if (w->stopping || pto_ms == 0 || q->cids == NULL) {
+        conn_free(q);
+        return;
+    }
+    conn_release(q);
+    q->flags = (q->flags & ~Q_CLOSING) | Q_CLOSED;
+    if (pkt) {
+        q->close_pkt = kh_xmalloc(n);
+        memcpy(q->close_pkt, pkt, n);
+        q->close_len = n;
+    }
+    q->closed_next = ep->closed;
+    if (ep->closed)
+        ep->closed->closed_prev = q;
+    ep->closed = q;
+    ep->nclosed++;
+    KH_LOG_DEBUG("q%u quic: %s period: %llu ms", q->id, pkt ? "closing" : "draining",
+                 (unsigned long long)(3 * pto_ms));
+    kh_worker_dtimer_set(w, &q->timer, uv_now(&w->loop) + 3 * pto_ms);
+}
+
+/* A packet for a connection in its closing or draining period. */
+static void closed_recv(kh_quic_conn *q, quic_sock *s, const struct sockaddr *addr)
+{
+    q->closed_pkts++;
+    if (q->close_pkt && (q->closed_pkts & (q->closed_pkts - 1)) == 0)
+        send_to(s, addr, q->close_pkt, q->close_len);
+}
+
+/* CONNECTION_CLOSE (once, best effort), then the closing period. */
 static void close_now(kh_quic_conn *q, ngtcp2_connection_close_error *ccerr)
 {
     if (q->qc && !ngtcp2_conn_is_in_closing_period(q->qc) &&
@@ -218,8 +302,11 @@ static void close_now(kh_quic_conn *q, ngtcp2_connection_close_error *ccerr)
         ngtcp2_pkt_info pi;
         ngtcp2_ssize n = ngtcp2_conn_write_connection_close(q->qc, &ps.path, &pi, out, sizeof out,
                                                             ccerr, now_ts());
-        if (n > 0)
+        if (n > 0) {
             send_to(q->sock, (struct sockaddr *)&q->remote, out, (size_t)n);
+            enter_closed(q, out, (size_t)n);
+            return;
+        }
     }
     conn_free(q);
 }
@@ -241,8 +328,17 @@ static int handle_error(kh_quic_conn *q, int rv)
         KH_LOG_DEBUG("q%u quic: idle timeout: closed", q->id);
     else if (rv == NGTCP2_ERR_DRAINING)
         KH_LOG_DEBUG("q%u quic: closed by the peer", q->id);
-    if (rv == NGTCP2_ERR_DRAINING || rv == NGTCP2_ERR_DROP_CONN || rv == NGTCP2_ERR_IDLE_CLOSE) {
-        conn_free(q); /* nothing to send (draining: the peer closed) */
+    else if (rv == NGTCP2_ERR_DROP_CONN)
+        KH_LOG_DEBUG("q%u quic: dropped: %s", q->id,
+                     ngtcp2_conn_get_handshake_completed(q->qc)
+                         ? "ngtcp2 says so"
+                         : "a first packet that did not decrypt");
+    if (rv == NGTCP2_ERR_DRAINING) {
+        enter_closed(q, NULL, 0); /* the peer closed: nothing to send, its CIDs stay a while */
+        return 1;
+    }
+    if (rv == NGTCP2_ERR_DROP_CONN || rv == NGTCP2_ERR_IDLE_CLOSE) {
+        conn_free(q); /* silently (RFC 9000 §10.1: an idle timeout discards the state) */
         return 1;
     }
     ngtcp2_connection_close_error ccerr;
@@ -344,6 +440,11 @@ static int write_out(kh_quic_conn *q)
 static void on_timer(kh_dtimer *t)
 {
     kh_quic_conn *q = KH_CONTAINER_OF(t, kh_quic_conn, timer);
+    if (q->flags & Q_CLOSED) {
+        KH_LOG_DEBUG("q%u quic: closing period over: %u packets came", q->id, q->closed_pkts);
+        conn_free(q);
+        return;
+    }
     uint64_t ts = now_ts();
     if (ngtcp2_conn_get_expiry(q->qc) <= ts) {
         int rv = ngtcp2_conn_handle_expiry(q->qc, ts);
@@ -428,7 +529,7 @@ uint64_t kh_quic_max_bidi_streams(kh_quic_conn *q)
 
 void kh_quic_dirty(kh_quic_conn *q)
 {
-    if (!(q->flags & Q_DEAD))
+    if (!(q->flags & (Q_DEAD | Q_CLOSED)))
         kh_worker_flush_later(q->ep->w, &q->wc);
 }
 
@@ -763,6 +864,10 @@ static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struc
                         {(struct sockaddr *)addr, alen},
                         NULL};
     kh_quic_conn *q = cid_find(s->ep, vc.dcid, vc.dcidlen);
+    if (q && (q->flags & Q_CLOSED)) {
+        closed_recv(q, s, addr);
+        return;
+    }
     if (q == NULL) {
         ngtcp2_pkt_hd hd;
         if (!(data[0] & 0x80)) {
@@ -853,6 +958,10 @@ void kh_quic_worker_close(kh_worker *w)
     if (ep == NULL)
         return;
     w->quic = NULL;
+    while (ep->closed) /* closing periods end with the worker */
+        conn_free(ep->closed);
+    KH_LOG_DEBUG("quic: the worker's sockets close (each stays in its reuseport group until "
+                 "every worker has stopped)");
     /* the registry closed every connection before (finish_stop); handles close their fds */
     if (ep->open_socks == 0) {
         ep_free(ep);
@@ -879,12 +988,22 @@ int kh_quic_worker_open(kh_worker *w, kh_h3_ctx *ctx, char *err, size_t errlen)
         s->ep = ep;
         if (cfg->listens[i].udp_fds == NULL)
             continue;
-        int fd = cfg->listens[i].udp_fds[w->id];
+        /* a duplicate: closing the handle when this worker stops leaves the socket (main's
+         * fd) in the reuseport group until every worker has stopped, so the group's order, by
+         * which the CID router steers packets (kh_listen.c), stays put while others drain */
+        int fd = fcntl(cfg->listens[i].udp_fds[w->id], F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) {
+            snprintf(err, errlen, "listen on %s:%d (quic): dup: %s", cfg->listens[i].host,
+                     cfg->listens[i].port, strerror(errno));
+            return -1;
+        }
         uv_udp_init_ex(&w->loop, &s->udp, AF_UNSPEC | UV_UDP_RECVMMSG);
         s->udp.data = s;
         s->fd = fd;
         ep->open_socks++;
         int r = uv_udp_open(&s->udp, fd);
+        if (r != 0)
+            close(fd); /* the handle did not take it */
         if (r == 0) {
             int len = (int)sizeof s->local;
             r = uv_udp_getsockname(&s->udp, (struct sockaddr *)&s->local, &len);

@@ -359,10 +359,9 @@ static int write_out(kh_quic_conn *q)
      * first (the segment size); a shorter one ends the batch, as does a full sbuf. */
     quic_ep *ep = q->ep;
     uint8_t *sbuf = ep->sbuf;
-    size_t pmax = ngtcp2_conn_get_path_max_tx_udp_payload_size(q->qc);
-    if (pmax > MAX_UDP)
-        pmax = MAX_UDP;
-    size_t maxpkts = ep->gso ? SBUF_SIZE / pmax : 1, npkts = 0, off = 0, seg = 0;
+    /* (ngtcp2 keeps packets to the path's size by itself; only a PMTUD probe uses all of
+     * MAX_UDP) */
+    size_t maxpkts = ep->gso ? GSO_MAX : 1, npkts = 0, off = 0, seg = 0;
     struct sockaddr_storage to = {0};
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
@@ -381,9 +380,9 @@ static int write_out(kh_quic_conn *q)
         }
         uint32_t fl = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
         ngtcp2_ssize ndatalen = -1;
-        ngtcp2_ssize n = ngtcp2_conn_writev_stream(q->qc, &ps.path, &pi, buf, pmax, &ndatalen,
-                                                   fl, sid, (const ngtcp2_vec *)vec, (size_t)nvec,
-                                                   ts);
+        ngtcp2_ssize n = ngtcp2_conn_writev_stream(q->qc, &ps.path, &pi, buf, MAX_UDP,
+                                                   &ndatalen, fl, sid, (const ngtcp2_vec *)vec,
+                                                   (size_t)nvec, ts);
         if (n < 0) {
             if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) {
                 kh_h3_blocked(q->h3, sid);
@@ -417,7 +416,7 @@ static int write_out(kh_quic_conn *q)
             memcpy(&to, ra, ps.path.remote.addrlen);
         }
         off += (size_t)n;
-        if ((size_t)n < seg || npkts == maxpkts || off + pmax > SBUF_SIZE) {
+        if ((size_t)n < seg || npkts == maxpkts || off + MAX_UDP > SBUF_SIZE) {
             send_batch(q->sock, (struct sockaddr *)&to, sbuf, off, seg);
             npkts = off = 0;
         }

@@ -75,7 +75,7 @@ load() {
     local proto=${1%%:*} n=$2 url="https://127.0.0.1:$PORT$URLPATH"
     rm -f "$TMP/lat.log"
     case $proto in
-    h3) taskset -c 0 "$H3LOAD" -c "$C" -m "$M" -n "$n" "$url" > "$TMP/tool.out" 2>&1 ;;
+    h3) taskset -c 0 "$H3LOAD" -c "$C" -m "$M" -n "$n" -t "${H3TIMEOUT:-10}" "$url" > "$TMP/tool.out" 2>&1 ;;
     h1) local depth=1; [ "$1" = h1:p ] && depth=$M
         taskset -c 0 h2load --h1 -c "$C" -m "$depth" -n "$n" --log-file="$TMP/lat.log" "$url" > "$TMP/tool.out" 2>&1 ;;
     h2) taskset -c 0 h2load -c "$C" -m "$M" -n "$n" --log-file="$TMP/lat.log" "$url" > "$TMP/tool.out" 2>&1 ;;
@@ -120,19 +120,30 @@ run_one() { # proto -> "cpu_rps wall_rps p99_ms"
 }
 
 cg_one() { # proto -> instructions per request (user space, whole server process)
-    local proto=$1
-    start_server "$proto" taskset -c 1 valgrind --tool=callgrind --instr-atstart=no \
+    # Two load runs under one server, each with new connections: Ir(CG_N) - Ir(CG_N / 4) over
+    # the difference in requests is the cost of a request without the handshakes.
+    local proto=$1 n1=$((CG_N / 4))
+    # (a server under callgrind is ~50x slower: 32 handshakes in a row outlast the usual limits)
+    SERVER_ARGS="$SERVER_ARGS --limit tls_handshake_timeout_ms=120000 --limit header_timeout_ms=120000 --limit stall_shed_ms=3600000" \
+        start_server "$proto" taskset -c 1 valgrind --tool=callgrind --instr-atstart=no \
         --callgrind-out-file="$TMP/cg.$proto.out"
-    load "$proto" 500 || { stop_server; echo FAILED; return; }
+    load "$proto" 500 || { stop_server; echo FAILED; cat "$TMP/tool.out" >&2; return; }
     callgrind_control -i on "$SRV" > /dev/null
-    if ! load "$proto" "$CG_N"; then stop_server; echo FAILED; return; fi
+    load "$proto" "$n1" || { stop_server; echo FAILED; cat "$TMP/tool.out" >&2; return; }
+    callgrind_control -d "$SRV" > /dev/null
+    load "$proto" "$CG_N" || { stop_server; echo FAILED; cat "$TMP/tool.out" >&2; return; }
+    callgrind_control -d "$SRV" > /dev/null
     callgrind_control -i off "$SRV" > /dev/null
     kill -TERM "$SRV"; wait "$SRV" 2>/dev/null || true; SRV=""
-    local ir
-    ir=$(callgrind_annotate "$TMP"/cg.$proto.out* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    echo $((ir / CG_N))
+    local f1 f2 ir1 ir2
+    f1=$(ls "$TMP"/cg.$proto.out.* | sort -t. -k3 -n | sed -n 1p)
+    f2=$(ls "$TMP"/cg.$proto.out.* | sort -t. -k3 -n | sed -n 2p)
+    ir1=$(callgrind_annotate "$f1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    ir2=$(callgrind_annotate "$f2" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    echo "$(( (ir2 - ir1) / (CG_N - n1) )) $(( ir2 / CG_N ))"
     if [ -n "${CG_TOP:-}" ]; then
-        callgrind_annotate "$TMP"/cg.$proto.out* 2>/dev/null | sed -n '/file:function/,$p' | sed -n 2,25p >&2
+        echo "--- $proto: top functions over $CG_N requests (handshakes included)" >&2
+        callgrind_annotate "$f2" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 2,25p >&2
     fi
 }
 
@@ -142,13 +153,17 @@ echo "# command: N=$N ROUNDS=$ROUNDS C=$C M=$M PROTOS='$PROTOS' URLPATH=$URLPATH
 echo "# commit $(git rev-parse --short HEAD) (+$(git status --porcelain core lua | wc -l) uncommitted), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# h3: kh-h3load -c $C -m $M; h1: h2load --h1 -c $C (TLS); h1:p: h2load --h1 -c $C -m $M (TLS, pipelined); h2: h2load -c $C -m $M (TLS); path $URLPATH; runs: $PROTOS"
 if [ -n "${CALLGRIND:-}" ]; then
-    echo "# figure: server instructions per request (callgrind, user space, around $CG_N requests)"
+    H3TIMEOUT=120
+    echo "# figure: server instructions per request (callgrind, user space): marginal, from a run of"
+    echo "# $CG_N requests minus one of $((CG_N / 4)) (each on $C new connections: no handshake in it);"
+    echo "# and all in, the run of $CG_N requests with its $C handshakes"
     declare -A I
     for p in $PROTOS; do
         v=$(cg_one "$p")
-        [ "$v" = FAILED ] && { echo "$p FAILED"; exit 1; }
-        I[$p]=$v
-        echo "$p instructions/request: $v"
+        case $v in FAILED*) echo "$p FAILED"; exit 1 ;; esac
+        set -- $v
+        I[$p]=$1
+        echo "$p instructions/request: $1 marginal, $2 with handshakes"
     done
     for p in $PROTOS; do [ "$p" = h1 ] || [ -z "${I[h1]:-}" ] || awk -v a="${I[$p]}" -v b="${I[h1]}" -v p="$p" 'BEGIN { printf "ratio %s/h1-tls %.2f (instructions per request)\n", p, a / b }'; done
 else

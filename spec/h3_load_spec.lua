@@ -10,9 +10,9 @@ local sh_quote = server.sh_quote
 local APP = [[
 local k = require "khamsin"
 k.get("/", function(req) return "Hello, World!" end)
-local big = {}
-for i = 1, 2 * 1024 * 1024 / 16 do big[i] = string.format("%015x\n", i) end
-big = table.concat(big) -- 2 MiB, every line different: a lost or reordered packet shows
+local big, pad = {}, string.rep("y", 1015) .. "\n"
+for i = 1, 2048 do big[i] = string.format("%08x", i) .. pad end
+big = table.concat(big) -- 2 MiB, every KiB numbered: a lost or reordered packet shows
 k.get("/big", function(req) return big end)
 k.get("/reset", function(req, res)
     res:write("partial")
@@ -40,7 +40,7 @@ end
 local function start(args)
     local a = { "--http3" }
     for _, x in ipairs(args or {}) do a[#a + 1] = x end
-    return server.start { app = APP, tls = true, args = a,
+    return server.start { app = APP, tls = true, args = a, start_timeout = 20,
         expect_errors = { "reset on purpose" } }
 end
 
@@ -65,8 +65,8 @@ local function load(srv, path, args)
 end
 
 local function expected_big()
-    local t = {}
-    for i = 1, 2 * 1024 * 1024 / 16 do t[i] = string.format("%015x\n", i) end
+    local t, pad = {}, string.rep("y", 1015) .. "\n"
+    for i = 1, 2048 do t[i] = string.format("%08x", i) .. pad end
     return table.concat(t)
 end
 
@@ -102,16 +102,14 @@ describe("HTTP/3 load and bulk", function()
         end)
     end)
 
-    for _, v in ipairs {
-        { gso = "1", batch = "10" }, { gso = "0", batch = "10" }, { gso = "1", batch = "1" },
-    } do
+    for _, v in ipairs { { gso = "1", batch = "10" }, { gso = "0", batch = "1" } } do
         it(string.format("a 2 MiB answer arrives intact (h3_gso=%s, h3_recv_batch=%s)", v.gso,
             v.batch), function()
             local srv = start { "--limit", "h3_gso=" .. v.gso, "--limit", "h3_recv_batch=" .. v.batch }
             with(srv, function()
                 local want = expected_big()
                 local file = srv.dir .. "/big.out"
-                for _ = 1, 3 do
+                for _ = 1, 2 do
                     os.remove(file)
                     local out, rc = run(string.format("%s -o %s %s", sh_quote(tool("kh-h3get")),
                         sh_quote(file), sh_quote(string.format("https://127.0.0.1:%d/big", quic_port(srv)))))
@@ -120,10 +118,10 @@ describe("HTTP/3 load and bulk", function()
                     assert.are.equal(#want, #got)
                     assert.truthy(got == want, "the body differs from what the server sent")
                 end
-                -- two at once on one connection's worth of streams, too
-                local out, rc, n = load(srv, "/big", { "-c", "2", "-m", "2", "-n", "8" })
+                -- two at once on each of two connections, too
+                local out, rc, n = load(srv, "/big", { "-c", "2", "-m", "2", "-n", "4" })
                 assert.are.equal(0, rc, out)
-                assert.are.equal(8, n.ok)
+                assert.are.equal(4, n.ok)
                 -- the kernel took every UDP_SEGMENT send (no fallback to one packet per call)
                 assert.falsy(srv:log():find("GSO off", 1, true), srv:log())
                 assert.falsy(srv:log():find("no UDP_SEGMENT", 1, true), srv:log())

@@ -777,7 +777,8 @@ int main(int argc, char **argv)
     double secs = (double)(S.t_last - S.t_start) / 1e9;
     if (secs <= 0)
         secs = 1e-9;
-    qsort(S.lat, S.nlat, sizeof *S.lat, cmp_u32);
+    if (S.nlat)
+        qsort(S.lat, S.nlat, sizeof *S.lat, cmp_u32);
     printf("requests: %lld issued, %lld done, %lld ok, %lld failed (%lld not 200, %lld reset, "
            "%lld lost with a connection)\n", S.issued, S.done, S.ok, S.failed, S.non200,
            S.resets, S.lost);

@@ -591,6 +591,20 @@ static int skip_field(kh_str nm)
         (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP3_NV_FLAG_NONE                           \
     }
 
+/* n in decimal at out (room for 20 digits); returns the length (snprintf was 5% of a hello
+ * request's instructions here) */
+static size_t put_dec(char *out, uint64_t n)
+{
+    char tmp[20];
+    size_t k = 0;
+    do
+        tmp[k++] = (char)('0' + n % 10);
+    while ((n /= 10) != 0);
+    for (size_t i = 0; i < k; i++)
+        out[i] = tmp[k - 1 - i];
+    return k;
+}
+
 static int h3_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int64_t clen)
 {
     kh_h3 *h = s->proto;
@@ -604,12 +618,15 @@ static int h3_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
         else if (kh_str_ieq_lower(hdr[i].name, "date", 4))
             has_date = 1;
     }
-    nghttp3_nv *nv = kh_xmalloc((n + 4) * sizeof *nv);
-    char *lower = kh_xmalloc(names + 1);
-    char st[8], cl[24];
+    /* a usual head fits on the stack: no allocation per response */
+    nghttp3_nv nv_small[24];
+    char lower_small[512];
+    nghttp3_nv *nv = n + 4 <= 24 ? nv_small : kh_xmalloc((n + 4) * sizeof *nv);
+    char *lower = names < sizeof lower_small ? lower_small : kh_xmalloc(names + 1);
+    char st[24], cl[24];
     size_t k = 0, at = 0;
-    int stlen = snprintf(st, sizeof st, "%d", status);
-    nv[k++] = NV(":status", 7, st, (size_t)stlen);
+    size_t stlen = put_dec(st, (uint64_t)(status < 0 ? 0 : status));
+    nv[k++] = NV(":status", 7, st, stlen);
     if (!has_server)
         nv[k++] = NV("server", 6, "khamsin", 7);
     if (!has_date)
@@ -628,16 +645,18 @@ static int h3_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
     }
     int bodyless = status == 204 || status == 304;
     if (!bodyless && clen >= 0) {
-        int cll = snprintf(cl, sizeof cl, "%lld", (long long)clen);
-        nv[k++] = NV("content-length", 14, cl, (size_t)cll);
+        size_t cll = put_dec(cl, (uint64_t)clen);
+        nv[k++] = NV("content-length", 14, cl, cll);
     }
     if (bodyless || clen == 0 || (s->flags & KH_STREAM_F_HEAD_METHOD))
         hs->flags |= HS_NO_DATA;
     nghttp3_data_reader dr = {read_data};
     int r = nghttp3_conn_submit_response(h->ng, hs->sid, nv, k,
                                          (hs->flags & HS_NO_DATA) ? NULL : &dr);
-    free(nv);
-    free(lower);
+    if (nv != nv_small)
+        free(nv);
+    if (lower != lower_small)
+        free(lower);
     kh_quic_dirty(h->q);
     if (r != 0) {
         KH_LOG_DEBUG("q%u h3: stream %lld: submit_response: %s", kh_quic_id(h->q),

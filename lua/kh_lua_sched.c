@@ -2,6 +2,9 @@
  * Owns:  the worker's free list of finished coroutines, the list of those in use, the ready list,
  *        the resume/finish path, slice timing.
  * In:    dispatch / on_body / on_abort / on_message from core; wakes from timers and the pool.
+ *        A held tunnel (a WebSocket between messages: core.defer_hold + core.stream_hold) keeps
+ *        no coroutine: s->app_wait is KH_WAIT_TUNNEL while none runs for it, and on_body then
+ *        starts one that owns the stream for the "tunnel" event (tunnel_wake).
  * Out:   lua_resume (only kh__lua_resume calls it); stream refs released when a coroutine ends;
  *        500 replies for errors that escape the Lua runner.
  * Never: nests lua_resume calls: a wake that happens inside a slice (a request that answers or

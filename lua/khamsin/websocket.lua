@@ -3,13 +3,22 @@
 -- "@websocket", core/kh_router.h). The frame codec is C (core/kh_ws.c through lua/kh_lua_ws.c);
 -- this file does the handshake checks, the reader loop and the ws object.
 --
--- One socket = the request's coroutine reading the tunnel (core.body_chunk, which yields; h1
--- stops reading / h2 holds the window back when it does not read). Each chunk is fed to the
--- codec, which answers pings, checks frames and returns whole messages, at most ws_queue per
--- call (then it pauses and the rest of the chunk waits). Each message runs in a coroutine of its
--- own, one after the other, so the messages of one socket are handled in order; while a handler
--- waits (k.sleep, ws:send above the high-water mark...) the socket is not read, which is the
--- bounded inbound queue. The ws object is a push target (khamsin.push): k.send_to(ws.id, data)
+-- One socket, between messages, keeps no coroutine: after the handshake and open() the engine
+-- holds the stream (core.defer_hold + core.stream_hold: the request head's memory goes back) and
+-- the request's coroutine ends; each arrival of bytes starts a reader coroutine that owns the
+-- stream (lua/kh_lua_sched.c, KH_WAIT_TUNNEL; the "tunnel" event, khamsin.lua), which reads what
+-- is there (core.body_chunk(s, g, true), never waiting for input) and ends (h1 stops reading /
+-- h2 holds the window back while nobody consumes). Each chunk is fed to the codec, which answers
+-- pings, checks frames and returns whole messages, at most ws_queue per call (then it pauses and
+-- the rest of the chunk waits). Each message runs in a coroutine of its own, one after the
+-- other, so the messages of one socket are handled in order; while a handler waits (k.sleep,
+-- ws:send above the high-water mark...) the reader waits with it and the socket is not read,
+-- which is the bounded inbound queue. The socket's end (close handshake, the peer leaving, the
+-- close timeout, a slow consumer) runs the close handler once, from the reader if one runs,
+-- else from the abort event or a callback of its own. What an idle socket keeps: its ws table
+-- (at most 8 hash slots), the codec userdata, the req table with what open() read, and its
+-- entries in the push, held and hold registries (bench/README.md, "memory per idle
+-- WebSocket"). The ws object is a push target (khamsin.push): k.send_to(ws.id, data)
 -- reaches it from anywhere; a send from anything but its own handlers never waits, and a socket
 -- with stream_out_cap bytes already queued is closed with 1008 instead (a slow consumer never
 -- holds memory without bound, nor stalls a k.publish to the others).
@@ -223,10 +232,10 @@ local function ended(ws)
     finish(s, g)
     push.unregister(ws.id)
     if ws._topics then for t in pairs(ws._topics) do ws:unsubscribe(t) end end
-    if held[s] == ws then
-        held[s] = nil
-        core.defer_release(s, g)
-    end
+    -- the engine's hold (core.defer_hold); the abort event has taken it out of held already.
+    -- defer_release checks the generation and that a hold is there: safe when there was none
+    if held[s] == ws then held[s] = nil end
+    core.defer_release(s, g)
     local h = ws._h
     if h.close then call(ws, h.close, ws._close_code) end
 end

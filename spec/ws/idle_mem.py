@@ -5,7 +5,10 @@ size before the baseline), reads GET /gc (the server's Lua heap and C heap in us
 GC, "<lua> <c>"), opens N sockets (handshake only, 50 at a time) and leaves them idle 1 s, reads
 /gc again, then sends one text frame on every 50th socket and reads its echo (the sockets are
 alive and their readers start on input). Prints JSON: {"n", "lua0", "c0", "lua1", "c1",
-"echoed", "probes"}. stdlib only."""
+"echoed", "probes"}. stdlib only.
+spec/ws/idle_mem.py PORT PATH churn K ROUNDS [sse]: opens K WebSockets (or SSE streams, read
+until their first event) and closes them, ROUNDS times, and prints the JSON list of /gc readings
+after each round (a stream whose end does not give it back grows the C heap every round)."""
 import asyncio, base64, json, os, struct, sys, urllib.request
 
 
@@ -51,7 +54,42 @@ async def open_many(port, path, n):
     return conns
 
 
+async def open_sse(port, path):
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % path).encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf or b"\n\n" not in buf.split(b"\r\n\r\n", 1)[1]:
+        d = await r.read(4096)
+        if not d:
+            raise RuntimeError("closed: %r" % buf[:80])
+        buf += d
+    return r, w
+
+
+async def churn(port, path, k, rounds, sse):
+    loop = asyncio.get_running_loop()
+    out = []
+    for _ in range(rounds):
+        sem = asyncio.Semaphore(50)
+        conns = []
+
+        async def one():
+            async with sem:
+                conns.append(await (open_sse(port, path) if sse else handshake(port, path)))
+
+        await asyncio.gather(*(one() for _ in range(k)))
+        for r, w in conns:
+            w.close()
+        await asyncio.sleep(1.5)
+        out.append(list(await loop.run_in_executor(None, gc, port)))
+    print(json.dumps(out))
+
+
 async def main():
+    if sys.argv[3] == "churn":
+        await churn(int(sys.argv[1]), sys.argv[2], int(sys.argv[4]), int(sys.argv[5]),
+                    len(sys.argv) > 6 and sys.argv[6] == "sse")
+        return
     port, path, warm, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     loop = asyncio.get_running_loop()
     warmed = await open_many(port, path, warm)

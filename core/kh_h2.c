@@ -9,7 +9,8 @@
  * Out:   kh_stream_on_* events; frames into the conn's out buffer. A response head's fields
  *        come from kh_stream_head_build (kh_stream.h, shared with kh_h3: no allocation for a
  *        usual head), copied into nghttp2_nv on the stack.
- * Never: touches the socket, the loop (except uv_now) or Lua.
+ * Never: touches the socket, the loop (except uv_now) or Lua. (It does madvise one page of
+ *        its own when a connection goes idle: see "nghttp2's memory".)
  *
  * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
  * queued and dispatched after mem_recv returns, so the DATA frames that came in the same read
@@ -49,6 +50,9 @@
 #include <nghttp2/nghttp2.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kh_err.h"
 #include "kh_h1_parse.h"
@@ -98,6 +102,9 @@ typedef struct h2_conn {
     /* the tunnels' idle timer (the worker's deadline heap, not a uv_timer): armed at the
      * earliest last-activity + tunnel_idle_timeout_ms, moved lazily when it fires */
     kh_dtimer tun_timer;
+    void *zpage;         /* nghttp2's stream map table, one page of its own (see h2m_calloc) */
+    uint64_t zpage_next; /* loop ms before which it is not given back again */
+    int zpage_dirty;     /* a stream opened since it was last given back */
 } h2_conn;
 
 enum {
@@ -383,6 +390,7 @@ static kh_stream *new_stream(h2_conn *h, int32_t id)
     kh_stream *s = kh_stream_open(c->w, &h2_sink, c);
     h2_stream *hs = HS(s);
     memset(hs, 0, sizeof *hs);
+    h->zpage_dirty = 1; /* nghttp2's stream map has been written */
     if (c->tls)
         s->flags |= KH_STREAM_F_TLS; /* from the connection: :scheme is only the client's word */
     hs->id = id;
@@ -660,6 +668,12 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
     case NGHTTP2_SETTINGS:
         if (!(f->hd.flags & NGHTTP2_FLAG_ACK))
             count_frame(h, 0);
+        if (f->hd.type == NGHTTP2_SETTINGS) {
+            /* nghttp2 walked the stream map (nghttp2_map_each): a page given back may be
+             * back (a read maps a fresh page on a kernel without a zero page) */
+            h->zpage_dirty = 1;
+            h->zpage_next = 0;
+        }
         break;
     case NGHTTP2_RST_STREAM:
         s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
@@ -755,6 +769,8 @@ static int on_invalid_frame(nghttp2_session *ng, const nghttp2_frame *f, int err
     return 0;
 }
 
+static void h2_mem_init(void);
+
 /* Built once per process; read-only afterwards, so every worker's sessions share it. */
 static nghttp2_session_callbacks *h2_callbacks;
 static uv_once_t h2_callbacks_once = UV_ONCE_INIT;
@@ -773,6 +789,111 @@ static void init_callbacks(void)
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cb, on_invalid_frame);
     h2_callbacks = cb;
+    h2_mem_init();
+}
+
+/* ---- nghttp2's memory ----
+ * Every session's send side owns a 16394-byte frame buffer (aob.framebufs, one chunk of
+ * NGHTTP2_FRAMEBUF_CHUNKLEN, allocated by nghttp2_session_server_new3 and kept for the life of
+ * the session), the largest thing an idle connection holds: 16 KB of an idle h2 connection's
+ * ~29 KB over TLS (the handshake's freed buffers are reused, so all of it is resident) and
+ * the touched page(s) of ~15 KB in h2c. nghttp2 writes a frame into it in mem_send and we copy
+ * the bytes out before the next mem_send call (h2_on_flush); it reads nothing of it back in a
+ * later call, and connection flushes never nest on a worker. So every session of a worker
+ * thread gets the same buffer: the first allocation of that size made while
+ * nghttp2_session_server_new3 runs is served from it (a later one, e.g. a second chunk for a
+ * header block over 16 KB, is the session's own). Counted: freed with the thread's last session.
+ * This leans on nghttp2 1.52's send path (the version Debian 12 ships and we link);
+ * spec/h2_idle_mem_spec.lua checks every byte of concurrent large responses of many connections.
+ * The next largest, the stream map's table (256 buckets, 4096 bytes, calloc'd at creation), is
+ * all zeros whenever no stream is open; it gets a page of its own, and update_timer gives that
+ * page back (madvise MADV_DONTNEED: it reads as zeros again, which is what it held) when the
+ * connection goes idle, at most once a second per connection, and only after checking that
+ * every byte is zero (a SETTINGS frame, which nghttp2 answers by walking the map, marks it to
+ * go back again). Together: 14.7 -> 6.4 KB per idle h2c connection, 29.9 -> 9.6 KB over TLS
+ * (bench/h2.sh PARTS=idle; spec/h2_idle_mem_spec.lua bounds it). */
+enum { H2_FRAMEBUF_CHUNKLEN = 16394 }; /* 9 + 1 + 16384: nghttp2_session.h's NGHTTP2_FRAMEBUF_CHUNKLEN */
+enum { H2_ZPAGE = 4096 };
+static _Thread_local struct {
+    void *buf;            /* the worker thread's shared frame buffer */
+    uint32_t users;       /* sessions holding it */
+    int given;            /* the creating session has its share */
+    const void *creating; /* the h2_conn whose nghttp2_session_server_new3 is running */
+} h2_fb;
+static int h2_page4k; /* the page size is H2_ZPAGE (set once, with the callbacks) */
+
+static void h2_mem_init(void)
+{
+    h2_page4k = sysconf(_SC_PAGESIZE) == H2_ZPAGE;
+}
+
+static void *h2m_malloc(size_t n, void *ud)
+{
+    if (n == H2_FRAMEBUF_CHUNKLEN && ud == h2_fb.creating && !h2_fb.given) {
+        h2_fb.given = 1; /* once per session */
+        if (h2_fb.buf == NULL)
+            h2_fb.buf = kh_xmalloc(n);
+        h2_fb.users++;
+        return h2_fb.buf;
+    }
+    return malloc(n);
+}
+
+static void h2m_free(void *p, void *ud)
+{
+    h2_conn *h = ud;
+    if (p != NULL && p == h->zpage)
+        h->zpage = NULL; /* a map that grew frees its first table */
+    if (p != NULL && p == h2_fb.buf) {
+        if (--h2_fb.users == 0) {
+            free(h2_fb.buf);
+            h2_fb.buf = NULL;
+        }
+        return;
+    }
+    free(p);
+}
+
+static void *h2m_calloc(size_t n, size_t size, void *ud)
+{
+    h2_conn *h = ud;
+    if (h2_page4k && ud == h2_fb.creating && h->zpage == NULL && n * size == H2_ZPAGE) {
+        void *p = aligned_alloc(H2_ZPAGE, H2_ZPAGE);
+        if (p)
+            memset(p, 0, H2_ZPAGE);
+        return h->zpage = p;
+    }
+    return calloc(n, size);
+}
+
+/* update_timer, as the connection goes idle: the map's page back if it holds only zeros. */
+static void zpage_give_back(h2_conn *h, uint64_t now)
+{
+    if (h->zpage == NULL || !h->zpage_dirty || now < h->zpage_next)
+        return;
+    h->zpage_next = now + 1000;
+    h->zpage_dirty = 0;
+    const uint64_t *q = h->zpage;
+    for (size_t i = 0; i < H2_ZPAGE / sizeof *q; i++)
+        if (q[i])
+            return;
+    madvise(h->zpage, H2_ZPAGE, MADV_DONTNEED);
+
+}
+
+static void *h2m_realloc(void *p, size_t n, void *ud)
+{
+    if (p == NULL)
+        return h2m_malloc(n, ud); /* nghttp2_buf_reserve allocates the frame buffer this way */
+    if (p == h2_fb.buf) {         /* not done by 1.52; a private copy if it ever is */
+        void *q = malloc(n);
+        if (q == NULL)
+            return NULL;
+        memcpy(q, p, KH_MIN(n, (size_t)H2_FRAMEBUF_CHUNKLEN));
+        h2m_free(p, ud);
+        return q;
+    }
+    return realloc(p, n);
 }
 
 /* ---- the connection ---- */
@@ -797,8 +918,12 @@ static h2_conn *session_new(kh_conn *c)
     /* nghttp2's own rapid-reset guard (CVE-2023-44487) backs ours (h2_peer_resets per second) */
     nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
-    if (nghttp2_session_server_new2(&h->ng, h2_callbacks, h, opt) != 0)
+    nghttp2_mem mem = {h, h2m_malloc, h2m_free, h2m_calloc, h2m_realloc}; /* copied by nghttp2 */
+    h2_fb.creating = h;
+    h2_fb.given = 0;
+    if (nghttp2_session_server_new3(&h->ng, h2_callbacks, h, opt, &mem) != 0)
         abort();
+    h2_fb.creating = NULL;
     nghttp2_option_del(opt);
     return h;
 }
@@ -937,6 +1062,8 @@ static void update_timer(kh_conn *c, h2_conn *h)
     else if (h->nstreams == 0)
         kind = KH_TO_IDLE;
     /* else none: open tunnels go idle one by one (tun_timer), each on its own */
+    if (kind == KH_TO_IDLE)
+        zpage_give_back(h, uv_now(&c->w->loop));
     if (kind != c->timer_kind || ((h->flags & H2_PROGRESS) && kind != KH_TO_IDLE))
         kh_conn_set_timeout(c, kind);
     h->flags &= ~H2_PROGRESS;

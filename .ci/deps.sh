@@ -16,9 +16,13 @@ if [ "$what" = test ] || [ "$what" = bench ]; then
   pkgs+=(redis-server lua-redis)
   # spec/websocket_spec.lua: python3-websockets (h1), python3-wsproto (h2 frames, RFC 8441)
   pkgs+=(python3-websockets python3-wsproto)
+  # spec/tls_openssl_conf_spec.lua: which files the server opens at start-up
+  pkgs+=(strace)
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps slowhttptest)
+  # bench/startup.sh, bench/callgrind.sh: instruction counts
+  pkgs+=(valgrind)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

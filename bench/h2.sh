@@ -8,7 +8,8 @@
 #   bench/h2.sh                                       # full run, ~3 min
 #   DURATION=3 WARMUP=1 ROUNDS=1 IDLE_CONNS=500 bench/h2.sh   # smoke run
 #
-# Env knobs (defaults): SERVERS="khamsin nginx-lua khamsin-tls nginx-lua-tls" CONNS=64 STREAMS=10 ROUNDS=3 DURATION=10
+# Env knobs (defaults): SERVERS="khamsin nginx-lua khamsin-tls nginx-lua-tls" CONNS=64 STREAMS=10 ROUNDS=5 (kept rounds; disturbed ones
+#   are discarded and redone: bench/lib/common.sh) DURATION=10
 #   WARMUP=2 IDLE_CONNS=2000 PARTS="load idle" BASE_PORT=25480 KHAMSIN_BIN=build-release/khamsin
 #   SERVER_CORE=1 CLIENT_CORE=0 NICE=-20 (if root, else 0)
 set -euo pipefail
@@ -24,7 +25,7 @@ H2=bench/lib/h2bench.py
 SERVERS=${SERVERS:-"khamsin nginx-lua khamsin-tls nginx-lua-tls"}
 CONNS=${CONNS:-64}
 STREAMS=${STREAMS:-10}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-${BENCH_ROUNDS:-5}}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 IDLE_CONNS=${IDLE_CONNS:-2000}
@@ -133,7 +134,8 @@ main() {
   echo "khamsin:  $KHAMSIN_BIN (sha256 $(sha256sum "$KHAMSIN_BIN" | cut -c1-16)), $(dpkg-query -W -f='${Package} ${Version}' libnghttp2-14 2>/dev/null)"
   echo "h2load:   $(h2load --version 2>&1 | head -1)"
   echo "nginx:    $(nginx -v 2>&1 | sed 's/^nginx version: //'), lua module $(dpkg-query -W -f='${Version}' libnginx-mod-http-lua 2>/dev/null)"
-  echo "cpu:      $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc --all) cores; servers on core $SERVER_CORE, h2load (-t 1) on core $CLIENT_CORE, nice $NICE"
+  bench_method_line
+  echo "pinning:  servers on core $SERVER_CORE, h2load (-t 1) on core $CLIENT_CORE, nice $NICE"
   echo "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg) (at start)"
   echo
 
@@ -141,7 +143,9 @@ main() {
     echo "## Load: h2load -c $CONNS -m $STREAMS -t 1, ${WARMUP}s warm-up run then a ${DURATION}s measured run (-D), fresh server per window"
     echo "   server CPU = delta of utime+stime over the server's process tree during the measured run"
     local r port
-    for ((r = 1; r <= ROUNDS; r++)); do
+    bench_rounds_init "$TMP"
+    while bench_round_next; do
+      r=$BENCH_ROUND
       for s in $SERVERS; do
         port=$(port_of "$s")
         start_server "$s" "$port"
@@ -150,9 +154,14 @@ main() {
           --jsonl "$TMP/load.jsonl" --rawlog "$TMP/raw.txt" $(tls_of "$s")
         stop_server "$SPID"
       done
+      bench_round_end || true
     done
     echo
     $PY $H2 report "$TMP/load.jsonl"
+    echo
+    bench_summary "$TMP/load.jsonl" --metric req_per_cpu_s --metric rps --label "h2c hello (h2load -c $CONNS -m $STREAMS)"
+    bench_summary "$TMP/load.jsonl" --metric req_per_cpu_s --metric rps --subject khamsin-tls --anchor nginx-lua-tls \
+      --label "h2 over TLS hello (h2load -c $CONNS -m $STREAMS)"
     echo
   fi
 
@@ -169,7 +178,7 @@ main() {
     echo
   fi
   echo "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg) (at end)"
-  for f in load.jsonl idle.jsonl; do
+  for f in load.jsonl discarded.jsonl idle.jsonl; do
     [[ -f $TMP/$f ]] && { echo "## Appendix: $f"; cat "$TMP/$f"; }
   done
   if [[ -f $TMP/raw.txt ]]; then echo "## Appendix: raw h2load output"; cat "$TMP/raw.txt"; fi

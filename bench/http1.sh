@@ -2,11 +2,12 @@
 # bench/http1.sh - HTTP/1.1 keep-alive benchmark: khamsin vs nginx+lua vs nginx static,
 # all in ONE run (never compare figures from different runs). See bench/README.md.
 #
-#   bench/http1.sh                                  # full run, ~5 min
+#   bench/http1.sh                                  # full run, ~8 min
 #   SERVERS="nginx-lua nginx-static" bench/http1.sh # anchors only
 #   DURATION=3 ROUNDS=1 IDLE_CONNS=2000 STARTUP_RUNS=3 bench/http1.sh   # quick smoke run
 #
-# Env knobs (defaults): SERVERS="khamsin nginx-lua nginx-static" CONNS="64 256" ROUNDS=3
+# Env knobs (defaults): SERVERS="khamsin nginx-lua nginx-static" CONNS="64 256" ROUNDS=5 (kept rounds;
+#   bench/lib/common.sh: disturbed rounds are discarded and redone, BENCH_MAX_LOAD/BENCH_MAX_STEAL)
 #   DURATION=10 (s per measured window) WARMUP=2 (s of wrk before each window, per server start)
 #   IDLE_CONNS=10000 IDLE_SERVERS=(SERVERS minus nginx-static) STARTUP_RUNS=10
 #   STARTUP_SERVERS=(same as IDLE_SERVERS) PARTS="load idle startup" BASE_PORT=23080
@@ -26,7 +27,7 @@ LIB=bench/lib/benchlib.py
 
 SERVERS=${SERVERS:-"khamsin nginx-lua nginx-static"}
 CONNS=${CONNS:-"64 256"}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-${BENCH_ROUNDS:-5}}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 IDLE_CONNS=${IDLE_CONNS:-10000}
@@ -213,7 +214,7 @@ main() {
   if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" khamsin; then
     log "khamsin:  $KHAMSIN_BIN (mtime $(date -u -r "$KHAMSIN_BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$KHAMSIN_RUN" | cut -c1-16)), run from a copy in the temp dir; $("$KHAMSIN_RUN" --version 2>&1 | head -1)"
   fi
-  log "cpu:      $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc --all) cores"
+  bench_method_line
   log "kernel:   $(uname -srm), $(zcat /proc/config.gz 2>/dev/null | grep -E '^CONFIG_(HZ|TICK_CPU_ACCOUNTING|IRQ_TIME_ACCOUNTING|VIRT_CPU_ACCOUNTING_GEN)=' | paste -sd' ' || echo 'config n/a'), autogroup $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo n/a)"
   log "wrk:      $(wrk -v 2>&1 | head -1 | sed 's/ Copyright.*//')"
   log "nginx:    $(nginx -v 2>&1 | sed 's/^nginx version: //'), lua module $(pkgver libnginx-mod-http-lua), $(libpkg "$NGX_MODDIR/ngx_http_lua_module.so" luajit)"
@@ -260,7 +261,9 @@ main() {
       $PY $LIB check "$port"
       stop_server "$SPID"
     done
-    for ((r = 1; r <= ROUNDS; r++)); do
+    bench_rounds_init "$TMP"
+    while bench_round_next; do
+      r=$BENCH_ROUND
       for c in $CONNS; do
         for s in $SERVERS; do
           port=$(port_of "$s")
@@ -283,12 +286,20 @@ main() {
           done
         done
       done
+      bench_round_end || true
     done
     log ""
     if [[ -s $TMP/rejected.jsonl ]]; then
       log "($(wc -l <"$TMP/rejected.jsonl") noisy window(s) were discarded and redone; their data is in the appendix)"
     fi
     $PY $LIB report "$TMP/load.jsonl"
+    log ""
+    bench_summary "$TMP/load.jsonl" --metric req_per_cpu --metric rps --metric p99_ms --lower p99_ms \
+      --group conns --label "http1 hello keep-alive"
+    if has "$SERVERS" nginx-static; then
+      bench_summary "$TMP/load.jsonl" --metric req_per_cpu --group conns --anchor nginx-static \
+        --label "http1 hello keep-alive vs nginx static"
+    fi
     log ""
   fi
 
@@ -338,7 +349,7 @@ run_all() {
     echo
     echo "## Appendix: raw wrk output of every measured window"
     if [[ -f $TMP/wrk-raw.txt ]]; then cat "$TMP/wrk-raw.txt"; fi
-    for f in "$TMP"/load.jsonl "$TMP"/rejected.jsonl "$TMP"/idle.jsonl "$TMP"/startup.jsonl; do
+    for f in "$TMP"/load.jsonl "$TMP"/discarded.jsonl "$TMP"/rejected.jsonl "$TMP"/idle.jsonl "$TMP"/startup.jsonl; do
       if [[ -f $f ]]; then echo "## Appendix: $(basename "$f")"; cat "$f"; fi
     done
   } >>"$PARTIAL"

@@ -9,13 +9,14 @@
 #
 #   bench/proxy.sh                         # ~1 min; result in bench/results/proxy-<stamp>.txt
 #   DURATION=3 ROUNDS=3 bench/proxy.sh
+#   CALLGRIND=1 bench/proxy.sh             # + instructions per proxied request (~2 min more)
+# Also: syscalls per proxied request of each proxy (strace -c). Shared glue: bench/lib/upstream.sh.
 # Env: DURATION=5 ROUNDS=5 CONNS=64 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
-#      PORT=24190 (khamsin; nginx proxy PORT+1, upstream PORT+2)
+#      PORT=24190 (khamsin; nginx proxy PORT+1, upstream PORT+2) CALLGRIND=0
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-PY=/usr/bin/python3
-LIB=bench/lib/waitbench.py
+NAME=proxy
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-64}
 ROUNDS=${ROUNDS:-5}
@@ -26,26 +27,11 @@ UP_PORT=$((PORT + 2))
 NGX_PORT=$((PORT + 1))
 KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
 KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
-STAMP=$(date +%Y%m%d-%H%M%S)
-OUT=bench/results/proxy-$STAMP.txt
-TMP=$(mktemp -d /tmp/khproxy.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.3;
-            for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
+CALLGRIND=${CALLGRIND:-0}
+source bench/lib/upstream.sh
 
-if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
-fi
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-exec > >(tee "$OUT") 2>&1
-echo "# bench/proxy.sh $STAMP"
-echo "# command: ${BASH_SOURCE[0]} (DURATION=$DURATION ROUNDS=$ROUNDS CONNS=$CONNS SERVER_CORE=$SERVER_CORE WRK_CORE=$WRK_CORE)"
-echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other runs: figures are noisy, compare the ratios of one run)"
-echo "# machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uname -r)"
-echo "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD 2>/dev/null)); $(nginx -v 2>&1)"
+up_header
+echo "# $(nginx -v 2>&1)"
 
 user=""; [[ $(id -u) == 0 ]] && user="user root;"
 ngx_conf() { # name listen-block
@@ -95,33 +81,50 @@ done
 RUNS=("khamsin-k.http $KPID $PORT /proxy" "nginx-proxy_pass $NPID $NGX_PORT /proxy")
 echo
 echo "## proxied requests per second of proxy CPU; wrk -c$CONNS, ${DURATION}s windows"
-printf '%-18s %6s %10s %14s %10s %8s %7s\n' server round req/s req/cpu-s cpu_share non2xx errors
-declare -A RC
-for run in "${RUNS[@]}"; do # warm-up (JIT, pools)
-  read -r name pid port path <<<"$run"
-  $PY $LIB window "$pid" "$port" "$path" "$CONNS" 1 "$WRK_CORE" >/dev/null
-done
-for ((r = 1; r <= ROUNDS; r++)); do
-  for run in "${RUNS[@]}"; do
-    read -r name pid port path <<<"$run"
-    read -r rps cpu_us share non2xx errs < <($PY $LIB window "$pid" "$port" "$path" "$CONNS" "$DURATION" "$WRK_CORE")
-    rcpu=$(awk -v c="$cpu_us" 'BEGIN { if (c > 0) printf "%.0f", 1e6 / c; else print 0 }')
-    RC[$name]="${RC[$name]:-} $rcpu"
-    printf '%-18s %6s %10s %14s %10s %8s %7s\n' "$name" "$r" "$rps" "$rcpu" "$share" "$non2xx" "$errs"
-  done
-done
-
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
-spread() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {printf "%s..%s", a[1], a[NR]}'; }
+up_rounds 1 req/cpu-s "${RUNS[@]}"
 echo
 echo "## medians (requests per proxy CPU-second; min..max over $ROUNDS rounds)"
-for run in "${RUNS[@]}"; do
-  read -r name _ <<<"$run"
-  printf '%-18s %12s  (%s)\n' "$name" "$(echo "${RC[$name]}" | median)" "$(echo "${RC[$name]}" | spread)"
-done
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-K=$(echo "${RC[khamsin-k.http]}" | median)
-N=$(echo "${RC[nginx-proxy_pass]}" | median)
+up_medians "${RUNS[@]}"
+K=$(echo "${PER_CPU[khamsin-k.http]}" | median)
+N=$(echo "${PER_CPU[nginx-proxy_pass]}" | median)
 echo
 echo "## ratio (medians): khamsin k.http / nginx proxy_pass = $(ratio "$K" "$N")  (target >= 0.8)"
+echo "## ratio within each round, median: $(up_pair_ratio khamsin-k.http nginx-proxy_pass)"
 echo "## open upstream connections at the end (ss): khamsin $(ss -tnp 2>/dev/null | grep -c "pid=$KPID,.*" || true)"
+echo "## syscalls per proxied request (strace -c -f over a 2 s wrk window; strace slows the"
+echo "## server, the counts are what matters):"
+for run in "${RUNS[@]}"; do
+  read -r name pid port path <<<"$run"
+  if ! command -v strace >/dev/null; then echo "(no strace)"; break; fi
+  timeout 4 strace -c -f -p "$pid" -o "$TMP/strace.$name" >/dev/null 2>&1 &
+  SPID=$!
+  sleep 0.5
+  n=$(taskset -c "$WRK_CORE" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port$path" | awk '/requests in/ {print $1}')
+  wait "$SPID" || true
+  awk -v n="$n" -v name="$name" '$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "epoll_wait" && $NF != "total" {
+      s = s sprintf(" %s %.2f", $NF, $4 / n); t += $4 }
+    END { printf "%-20s %.2f per request (epoll_wait left out):%s\n", name, t / n, s }' "$TMP/strace.$name"
+done
+if [[ $CALLGRIND == 1 ]]; then
+  # Instructions per proxied request in khamsin's user space (load-independent): callgrind runs
+  # of the server, one with a warm-up only, one with the warm-up and then a load window; the
+  # difference of their totals over the difference of their request counts.
+  kill -TERM "$KPID"; wait "$KPID" 2>/dev/null || true
+  cg_run() { # out seconds -> requests served
+    UPSTREAM_PORT=$UP_PORT valgrind --tool=callgrind --callgrind-out-file="$1" "$KHAMSIN_BIN" \
+      --workers 1 --listen "127.0.0.1:$PORT" --log-level warn --slice-warn-ms 0 bench/apps/proxy.lua \
+      >"$TMP/cg.log" 2>&1 &
+    local p=$! w n=0
+    $PY $LIB ready "$PORT" / 60 >/dev/null
+    w=$(taskset -c "$WRK_CORE" wrk -t1 -c4 -d4s "http://127.0.0.1:$PORT/proxy" | awk '/requests in/ {print $1}')
+    if (($2 > 0)); then
+      n=$(taskset -c "$WRK_CORE" wrk -t1 -c4 -d"$2"s "http://127.0.0.1:$PORT/proxy" | awk '/requests in/ {print $1}')
+    fi
+    kill -TERM "$p"; wait "$p" 2>/dev/null || true
+    echo $((w + n + 1))
+  }
+  cg_total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
+  b=$(cg_run "$TMP/cg.base" 0)
+  l=$(cg_run "$TMP/cg.load" 10)
+  echo "## callgrind: $(( ($(cg_total "$TMP/cg.load") - $(cg_total "$TMP/cg.base")) / (l - b) )) instructions per proxied request in khamsin (user space; $((l - b)) requests)"
+fi

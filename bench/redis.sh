@@ -19,8 +19,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-PY=/usr/bin/python3
-LIB=bench/lib/waitbench.py
+NAME=redis
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-64}
 ROUNDS=${ROUNDS:-3}
@@ -30,26 +29,10 @@ PORT=${PORT:-24090}
 REDIS_PORT=${REDIS_PORT:-24091}
 KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
 KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
-STAMP=$(date +%Y%m%d-%H%M%S)
-OUT=bench/results/redis-$STAMP.txt
-TMP=$(mktemp -d /tmp/khredis.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.3;
-            for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
+source bench/lib/upstream.sh
 
-if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
-fi
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-exec > >(tee "$OUT") 2>&1
-echo "# bench/redis.sh $STAMP"
-echo "# command: ${BASH_SOURCE[0]} (DURATION=$DURATION ROUNDS=$ROUNDS CONNS=$CONNS SERVER_CORE=$SERVER_CORE WRK_CORE=$WRK_CORE)"
-echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other runs: figures are noisy, compare the ratios of one run)"
-echo "# machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uname -r)"
-echo "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD 2>/dev/null)), $(redis-server --version | cut -d' ' -f1-3), lua-redis $(dpkg-query -W -f='${Version}' lua-redis)"
+up_header
+echo "# $(redis-server --version | cut -d' ' -f1-3), lua-redis $(dpkg-query -W -f='${Version}' lua-redis)"
 echo "# lua-resty-redis: $(apt-cache show lua-resty-redis >/dev/null 2>&1 && echo packaged || echo 'not packaged in Debian 12: OpenResty runs the same hand-written RESP code as /raw')"
 
 taskset -c "$WRK_CORE" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
@@ -120,40 +103,19 @@ RUNS=("khamsin-lua-redis $KPID $PORT /lua-redis" "khamsin-raw $KPID $PORT /raw"
 
 echo
 echo "## round trips (2 per request: SET + GET) per second of server CPU; wrk -c$CONNS, ${DURATION}s windows"
-printf '%-20s %6s %10s %12s %16s %10s %8s %7s\n' server round req/s rt/s rt/cpu-s cpu_share non2xx errors
-declare -A RT
-for run in "${RUNS[@]}"; do # warm-up (JIT, pools)
-  read -r name pid port path <<<"$run"
-  $PY $LIB window "$pid" "$port" "$path" "$CONNS" 1 "$WRK_CORE" >/dev/null
-done
-for ((r = 1; r <= ROUNDS; r++)); do
-  for run in "${RUNS[@]}"; do
-    read -r name pid port path <<<"$run"
-    read -r rps cpu_us share non2xx errs < <($PY $LIB window "$pid" "$port" "$path" "$CONNS" "$DURATION" "$WRK_CORE")
-    rtcpu=$(awk -v c="$cpu_us" 'BEGIN { if (c > 0) printf "%.0f", 2 * 1e6 / c; else print 0 }')
-    RT[$name]="${RT[$name]:-} $rtcpu"
-    printf '%-20s %6s %10s %12s %16s %10s %8s %7s\n' "$name" "$r" "$rps" "$((2 * rps))" "$rtcpu" "$share" "$non2xx" "$errs"
-  done
-done
-
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
-spread() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {printf "%s..%s", a[1], a[NR]}'; }
+up_rounds 2 rt/cpu-s "${RUNS[@]}"
 echo
 echo "## medians (round trips per server CPU-second; min..max over $ROUNDS rounds)"
-for run in "${RUNS[@]}"; do
-  read -r name _ <<<"$run"
-  printf '%-20s %12s  (%s)\n' "$name" "$(echo "${RT[$name]}" | median)" "$(echo "${RT[$name]}" | spread)"
-done
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-LR=$(echo "${RT[khamsin-lua-redis]}" | median)
-RAW=$(echo "${RT[khamsin-raw]}" | median)
-BLK=$(echo "${RT[khamsin-blocking]}" | median)
+up_medians "${RUNS[@]}"
+LR=$(echo "${PER_CPU[khamsin-lua-redis]}" | median)
+RAW=$(echo "${PER_CPU[khamsin-raw]}" | median)
+BLK=$(echo "${PER_CPU[khamsin-blocking]}" | median)
 echo
 echo "## ratios (medians)"
 echo "lua-redis on k.socket / raw RESP on k.socket:          $(ratio "$LR" "$RAW")"
 echo "lua-redis on k.socket / lua-redis in k.blocking pool:  $(ratio "$LR" "$BLK")"
 if [[ $NGINX == 1 ]]; then
-  ORR=$(echo "${RT[openresty-raw]}" | median)
+  ORR=$(echo "${PER_CPU[openresty-raw]}" | median)
   echo "raw RESP: khamsin k.socket / OpenResty ngx.socket:     $(ratio "$RAW" "$ORR")"
   echo "lua-redis on k.socket / OpenResty raw RESP:            $(ratio "$LR" "$ORR")"
 fi

@@ -17,7 +17,8 @@
 #   idle   PSS delta of the server over IDLE_CONNS idle TLS connections (one GET each, then
 #          idle), bytes per connection; khamsin cleartext too, for the cost of TLS itself
 #
-# Env knobs (defaults): SERVERS="khamsin nginx-lua" CONNS=256 ROUNDS=3 DURATION=10 WARMUP=2
+# Env knobs (defaults): SERVERS="khamsin nginx-lua" CONNS=256 ROUNDS=5 (kept rounds, load and hs each;
+#   disturbed rounds are discarded and redone: bench/lib/common.sh) DURATION=10 WARMUP=2
 #   HS_SECONDS=10 HS_CLIENTS=4 IDLE_CONNS=5000 PARTS="load hs idle" BASE_PORT=24080
 #   (SERVERS may add khamsin-ossl: khamsin with --tls-own-records 0, OpenSSL's record layer)
 #   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 KEEP_TMP=0 QUIET_WAIT=20
@@ -33,7 +34,7 @@ LIB=bench/lib/tlsbench.py
 
 SERVERS=${SERVERS:-"khamsin nginx-lua"}
 CONNS=${CONNS:-256}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-${BENCH_ROUNDS:-5}}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 HS_SECONDS=${HS_SECONDS:-10}
@@ -163,15 +164,19 @@ log "git:      $(git rev-parse --short HEAD) ($(git status --porcelain -- core l
 has "$SERVERS" khamsin && log "khamsin:  $KHAMSIN_BIN (sha256 $(sha256sum "$KHAMSIN_BIN" | cut -c1-16)): $(server_cmd khamsin PORT)"
 log "nginx:    $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(nginx -V 2>&1 | grep -o 'built with OpenSSL [^ ]*' || true), lua module $(dpkg-query -W -f='${Version}' libnginx-mod-http-lua 2>/dev/null): listen ssl, ssl_protocols TLSv1.3, tickets on, worker_processes 1"
 log "openssl:  $(openssl version)   wrk: $(wrk -v 2>&1 | head -1 | sed 's/ Copyright.*//')"
-log "cpu:      $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc --all) cores; servers on core $SERVER_CORE, clients on core $WRK_CORE"
+log "$(bench_method_line)"
+log "pinning:  servers on core $SERVER_CORE, clients on core $WRK_CORE"
 log "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg) (at start); before each window waits up to ${QUIET_WAIT}s (${QUIET_BUDGET}s per run) for both cores >= 90% idle"
 log ""
 
 # -------------------------------------------------------------------- load ---
+round_end() { bench_round_end >"$TMP/re.txt" 2>&1 || true; log "$(cat "$TMP/re.txt")"; }
 if has "$PARTS" load; then
-  log "## Load: wrk -t1 -c$CONNS https keep-alive GET /, ${DURATION}s windows after ${WARMUP}s warm-up, $ROUNDS round(s), fresh server per window"
+  log "## Load: wrk -t1 -c$CONNS https keep-alive GET /, ${DURATION}s windows after ${WARMUP}s warm-up, $ROUNDS kept round(s), fresh server per window, servers alternated in each round"
   log "   server CPU = utime+stime delta (/proc) of the server's process tree over the window"
-  for ((r = 1; r <= ROUNDS; r++)); do
+  bench_rounds_init "$TMP"
+  while bench_round_next; do
+    r=$BENCH_ROUND
     for s in $SERVERS; do
       port=$(port_of "$s")
       quiet
@@ -185,58 +190,59 @@ if has "$PARTS" load; then
       reqs=$(awk '/requests in/ {print $1}' <<<"$out")
       errs=$(grep -E 'Socket errors|Non-2xx' <<<"$out" || true)
       [[ -n $rps ]] || fail "$s: no wrk result: $out"
-      printf '%s %s %s %s %s\n' "$s" "$r" "$rps" "$reqs" "$cpu" >>"$TMP/load.txt"
+      printf '{"round": %d, "server": "%s", "rps": %s, "requests": %s, "cpu_s": %s, "req_per_cpu": %s}\n' "$r" "$s" "$rps" "$reqs" "$cpu" \
+        "$(awk -v a="$reqs" -v b="$cpu" 'BEGIN{printf "%.1f", a/b}')" >>"$TMP/load.jsonl"
       log "  round $r $s: $rps req/s, $reqs requests, server CPU ${cpu}s => $(awk -v a="$reqs" -v b="$cpu" 'BEGIN{printf "%.0f", a/b}') req/CPU-s$(noise "$TMP/w.json")${errs:+  !! $errs}"
     done
+    round_end
   done
-  log "  median over rounds:"
-  for s in $SERVERS; do
-    med_rps=$(awk -v s="$s" '$1==s {print $3}' "$TMP/load.txt" | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
-    med_cpu=$(awk -v s="$s" '$1==s {printf "%.0f\n", $4/$5}' "$TMP/load.txt" | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
-    echo "$s $med_rps $med_cpu" >>"$TMP/load-med.txt"
-    log "    $(printf '%-10s %10s req/s %10s req/CPU-s' "$s" "$med_rps" "$med_cpu")"
-  done
-  if has "$SERVERS" khamsin && has "$SERVERS" nginx-lua; then
-    log "  khamsin / nginx-lua: $(awk '$1=="khamsin"{a=$2;b=$3} $1=="nginx-lua"{c=$2;d=$3} END{printf "req/s x%.2f, req/CPU-s x%.2f", a/c, b/d}' "$TMP/load-med.txt")"
-  fi
-  if has "$SERVERS" khamsin && has "$SERVERS" khamsin-ossl; then
-    log "  khamsin / khamsin-ossl: $(awk '$1=="khamsin"{a=$2;b=$3} $1=="khamsin-ossl"{c=$2;d=$3} END{printf "req/s x%.2f, req/CPU-s x%.2f", a/c, b/d}' "$TMP/load-med.txt")"
+  bench_summary "$TMP/load.jsonl" --metric req_per_cpu --metric rps --label "TLS 1.3 keep-alive hello (wrk -c$CONNS)" >"$TMP/sum.txt"
+  log "$(cat "$TMP/sum.txt")"
+  if has "$SERVERS" khamsin-ossl; then
+    bench_summary "$TMP/load.jsonl" --metric req_per_cpu --anchor khamsin-ossl --summary /dev/null >"$TMP/sum.txt"
+    log "$(cat "$TMP/sum.txt")"
   fi
   log ""
 fi
 
 # -------------------------------------------------------------- handshakes ---
 if has "$PARTS" hs; then
-  log "## Handshakes: $HS_CLIENTS parallel 'openssl s_time -connect 127.0.0.1:PORT -new|-reuse -www / -time $HS_SECONDS' on core $WRK_CORE (one HTTP/1.0 GET / per connection)"
+  log "## Handshakes: $HS_CLIENTS parallel 'openssl s_time -connect 127.0.0.1:PORT -new|-reuse -www / -time $HS_SECONDS' on core $WRK_CORE (one HTTP/1.0 GET / per connection), $ROUNDS kept round(s), servers alternated in each round"
   log "   -new: a full TLS 1.3 handshake (ECDHE X25519 + ECDSA P-256 signature) per connection; -reuse: resumed from a session ticket"
   log "   the $HS_CLIENTS clients share core $WRK_CORE and are the bottleneck (the server core is not saturated): compare per server CPU-second"
-  for mode in new reuse; do
-    for s in $SERVERS; do
-      port=$(port_of "$s")
-      quiet
-      start_server "$s"
-      cmd="for i in \$(seq $HS_CLIENTS); do openssl s_time -connect 127.0.0.1:$port -$mode -www / -time $HS_SECONDS >$TMP/st.\$i 2>&1 & done; wait; cat $TMP/st.*"
-      $PY $LIB window "$SPID" "$WRK_CORE" "$SERVER_CORE" -- sh -c "$cmd" >"$TMP/w.json"
-      stop_server "$SPID"
-      out=$(jget "$TMP/w.json" out)
-      cpu=$(jget "$TMP/w.json" cpu_s)
-      wall=$(jget "$TMP/w.json" wall_s)
-      n=$(awk '/connections in .* real seconds/ {n += $1} END {print n+0}' <<<"$out")
-      # s_time prints one mark per connection: 'r' resumed, '*' a full TLS 1.2+ handshake
-      reused=$(grep -v 'connections' <<<"$out" | tr -cd 'r' | wc -c)
-      fresh=$(grep -v 'connections' <<<"$out" | tr -cd '*' | wc -c)
-      ((n > 0)) || fail "$s $mode: no s_time result: $out"
-      log "  $(printf '%-10s -%-5s %7d handshakes in %5.1f s = %6.0f /s, server CPU %5.2f s => %6.0f /CPU-s  (s_time marks: %d reused, %d new)%s' \
-        "$s" "$mode" "$n" "$wall" "$(awk -v n="$n" -v w="$wall" 'BEGIN{print n/w}')" "$cpu" "$(awk -v n="$n" -v c="$cpu" 'BEGIN{print n/c}')" "$reused" "$fresh" "$(noise "$TMP/w.json")")"
-      echo "$s $mode $(awk -v n="$n" -v w="$wall" 'BEGIN{print n/w}') $(awk -v n="$n" -v c="$cpu" 'BEGIN{print n/c}')" >>"$TMP/hs.txt"
+  bench_rounds_init "$TMP"
+  while bench_round_next; do
+    r=$BENCH_ROUND
+    for mode in new reuse; do
+      for s in $SERVERS; do
+        port=$(port_of "$s")
+        quiet
+        start_server "$s"
+        cmd="for i in \$(seq $HS_CLIENTS); do openssl s_time -connect 127.0.0.1:$port -$mode -www / -time $HS_SECONDS >$TMP/st.\$i 2>&1 & done; wait; cat $TMP/st.*"
+        $PY $LIB window "$SPID" "$WRK_CORE" "$SERVER_CORE" -- sh -c "$cmd" >"$TMP/w.json"
+        stop_server "$SPID"
+        out=$(jget "$TMP/w.json" out)
+        cpu=$(jget "$TMP/w.json" cpu_s)
+        wall=$(jget "$TMP/w.json" wall_s)
+        n=$(awk '/connections in .* real seconds/ {n += $1} END {print n+0}' <<<"$out")
+        # s_time prints one mark per connection: 'r' resumed, '*' a full TLS 1.2+ handshake
+        reused=$(grep -v 'connections' <<<"$out" | tr -cd 'r' | wc -c)
+        fresh=$(grep -v 'connections' <<<"$out" | tr -cd '*' | wc -c)
+        ((n > 0)) || fail "$s $mode: no s_time result: $out"
+        log "  round $r $(printf '%-10s -%-5s %7d handshakes in %5.1f s = %6.0f /s, server CPU %5.2f s => %6.0f /CPU-s  (s_time marks: %d reused, %d new)%s' \
+          "$s" "$mode" "$n" "$wall" "$(awk -v n="$n" -v w="$wall" 'BEGIN{print n/w}')" "$cpu" "$(awk -v n="$n" -v c="$cpu" 'BEGIN{print n/c}')" "$reused" "$fresh" "$(noise "$TMP/w.json")")"
+        printf '{"round": %d, "server": "%s", "mode": "%s", "hs_per_s": %s, "hs_per_cpu": %s}\n' "$r" "$s" "$mode" \
+          "$(awk -v n="$n" -v w="$wall" 'BEGIN{printf "%.1f", n/w}')" "$(awk -v n="$n" -v c="$cpu" 'BEGIN{printf "%.1f", n/c}')" >>"$TMP/hs.jsonl"
+      done
     done
-    if has "$SERVERS" khamsin && has "$SERVERS" nginx-lua; then
-      log "  khamsin / nginx-lua (-$mode): $(awk -v m="$mode" '$2==m && $1=="khamsin"{a=$3;b=$4} $2==m && $1=="nginx-lua"{c=$3;d=$4} END{printf "per s x%.2f, per CPU-s x%.2f", a/c, b/d}' "$TMP/hs.txt")"
-    fi
-    if has "$SERVERS" khamsin && has "$SERVERS" khamsin-ossl; then
-      log "  khamsin / khamsin-ossl (-$mode): $(awk -v m="$mode" '$2==m && $1=="khamsin"{a=$3;b=$4} $2==m && $1=="khamsin-ossl"{c=$3;d=$4} END{printf "per s x%.2f, per CPU-s x%.2f", a/c, b/d}' "$TMP/hs.txt")"
-    fi
+    round_end
   done
+  bench_summary "$TMP/hs.jsonl" --metric hs_per_cpu --metric hs_per_s --group mode --label "TLS 1.3 handshakes (s_time x$HS_CLIENTS)" >"$TMP/sum.txt"
+  log "$(cat "$TMP/sum.txt")"
+  if has "$SERVERS" khamsin-ossl; then
+    bench_summary "$TMP/hs.jsonl" --metric hs_per_cpu --group mode --anchor khamsin-ossl --summary /dev/null >"$TMP/sum.txt"
+    log "$(cat "$TMP/sum.txt")"
+  fi
   log ""
 fi
 
@@ -262,4 +268,5 @@ if has "$PARTS" idle; then
 fi
 
 log "loadavg:  $(cut -d' ' -f1-3 /proc/loadavg) (at end)"
+for f in load.jsonl hs.jsonl; do [[ -f $TMP/$f ]] && { log "## Appendix: $f"; log "$(cat "$TMP/$f")"; }; done
 OK=1

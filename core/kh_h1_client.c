@@ -20,12 +20,18 @@
 
 enum { S_HEAD = 0, S_BODY, S_DONE, S_ERROR };
 
-/* RFC 9110 §5.6.2 tchar */
+/* RFC 9110 §5.6.2 tchar, as a 256-bit set (the header says: a const byte-class table) */
+static const uint32_t TCHAR_SET[8] = {
+    0x00000000u,                    /* 0x00-0x1f: controls */
+    0x03ff6cfau,                    /* 0x20-0x3f: ! # $ % & ' * + - . 0-9 */
+    0xc7fffffeu,                    /* 0x40-0x5f: A-Z ^ _ */
+    0x57ffffffu,                    /* 0x60-0x7f: ` a-z | ~ */
+    0, 0, 0, 0,                     /* 0x80-0xff: none */
+};
+
 static int is_tchar(unsigned char c)
 {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return 1;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+    return (TCHAR_SET[c >> 5] >> (c & 31)) & 1u;
 }
 
 /* RFC 9110 §5.5 field-vchar / SP / HTAB, obs-text included */
@@ -247,7 +253,7 @@ static int parse_head(kh_h1c *r, const char *buf, size_t n)
 
         unsigned char c0 = lower((unsigned char)name.ptr[0]);
         if (c0 == 'c' && ieq(name, "content-length")) {
-            uint64_t v;
+            uint64_t v = 0;
             int e = parse_cl(value, &v);
             if (e == -1)
                 return KH_H1C_EBADCL;

@@ -8,19 +8,15 @@
  * Out:   the same calls into the module; a message naming every path tried when it cannot load.
  * Never: runs for a server without --http3 (so none of ngtcp2, nghttp3, GnuTLS is mapped);
  *        unloads the module.
- * Where the module is looked for, first match wins (as khamsin-tls.so, kh_tls_load.c):
- *   $KHAMSIN_H3_MODULE; dirname(/proc/self/exe)/khamsin-h3.so; ../lib/khamsin/khamsin-h3.so;
- *   ../lib/lua/5.1/khamsin/khamsin-h3.so. */
-#include <dlfcn.h>
-#include <limits.h>
+ * Where the module is looked for (kh_modload.c, shared with kh_tls_load.c): $KHAMSIN_H3_MODULE,
+ *   else next to the binary, ../lib/khamsin/, ../lib/lua/5.1/khamsin/ (a LuaRocks tree). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kh_conn.h"
 #include "kh_h3_module.h"
 #include "kh_log.h"
+#include "kh_modload.h"
 #include "kh_proto.h"
 #include "kh_stream.h"
 #include "kh_tls.h"
@@ -32,21 +28,10 @@
 
 static const kh_h3_module_vt *h3;
 
-static int try_load(const char *path, char *err, size_t errlen)
+/* The table khamsin-h3.so returned: built with this binary? */
+static int check(const void *t, const char *path, char *err, size_t errlen)
 {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL) {
-        const char *e = dlerror();
-        snprintf(err, errlen, "%s", e ? e : path);
-        return 0;
-    }
-    kh_h3_module_entry_fn entry = (kh_h3_module_entry_fn)dlsym(h, KH_H3_MODULE_ENTRY);
-    const kh_h3_module_vt *vt = entry ? entry() : NULL;
-    if (vt == NULL) {
-        snprintf(err, errlen, "%s: no %s(): not a khamsin HTTP/3 module", path,
-                 KH_H3_MODULE_ENTRY);
-        return -1;
-    }
+    const kh_h3_module_vt *vt = t;
     if (vt->abi != KH_H3_MODULE_ABI || vt->vt_size != sizeof *vt ||
         vt->conn_size != sizeof(kh_conn) || vt->worker_size != sizeof(kh_worker) ||
         vt->stream_size != sizeof(kh_stream) || strcmp(vt->version, KH_VERSION) != 0) {
@@ -55,52 +40,24 @@ static int try_load(const char *path, char *err, size_t errlen)
                  KH_H3_MODULE_ABI);
         return -1;
     }
-    h3 = vt;
-    return 1;
+    return 0;
 }
 
 static int load(char *err, size_t errlen)
 {
-    if (h3)
-        return 0;
-    char why[600];
-    const char *env = getenv("KHAMSIN_H3_MODULE");
-    if (env && *env) {
-        if (try_load(env, why, sizeof why) > 0)
-            return 0;
-        snprintf(err, errlen, "--http3 needs the module %s (KHAMSIN_H3_MODULE), which did not "
-                 "load: %s", env, why);
-        return -1;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        snprintf(err, errlen, "--http3 needs %s: cannot find the binary's directory; set "
-                 "KHAMSIN_H3_MODULE to the module's path", KH_H3_MODULE_FILE);
-        return -1;
-    }
-    exe[n] = '\0';
-    *strrchr(exe, '/') = '\0';
-    static const char *const rel[] = {"/" KH_H3_MODULE_FILE, "/../lib/khamsin/" KH_H3_MODULE_FILE,
-                                      "/../lib/lua/5.1/khamsin/" KH_H3_MODULE_FILE};
-    char tried[1400] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-        char path[PATH_MAX + 64];
-        snprintf(path, sizeof path, "%s%s", exe, rel[i]);
-        int r = try_load(path, why, sizeof why);
-        if (r > 0)
-            return 0;
-        if (r < 0) {
-            snprintf(err, errlen, "HTTP/3 module unusable: %s", why);
-            return -1;
-        }
-        if (used < sizeof tried)
-            used += (size_t)snprintf(tried + used, sizeof tried - used, "%s%s", i ? "; " : "", why);
-    }
-    snprintf(err, errlen, "--http3 needs the module %s, which did not load (%s); build it, "
-             "install it, or set KHAMSIN_H3_MODULE to its path", KH_H3_MODULE_FILE, tried);
-    return -1;
+    static const kh_modload_spec m = {
+        .file = KH_H3_MODULE_FILE,
+        .env = "KHAMSIN_H3_MODULE",
+        .entry = KH_H3_MODULE_ENTRY,
+        .needs = "--http3",
+        .kind = "HTTP/3",
+        .build_hint = "build it, install it",
+        .log = "http3",
+        .check = check,
+    };
+    if (h3 == NULL)
+        h3 = kh_modload(&m, err, errlen);
+    return h3 ? 0 : -1;
 }
 
 kh_h3_ctx *kh_h3_setup(kh_tls_ctx *tls, char *err, size_t errlen)

@@ -46,7 +46,9 @@
  * them ("timeout", "closed", "connection refused") and the TLS reason ("tls: certificate verify
  * failed: self-signed certificate"). Every error except a read timeout leaves the connection
  * unusable: the caller closes it. A read timeout keeps it (luasocket's and OpenResty's rule).
- * Timeouts: milliseconds; KH_OUT_NO_TIMEOUT waits forever. */
+ * Timeouts: milliseconds; KH_OUT_NO_TIMEOUT waits forever.
+ * Files: kh_out.c (life, operations, I/O), kh_out_connect.c, kh_out_pool.c (registry, keep-alive
+ * pool, per-key caps), kh_out_tls.c; kh_out_int.h is what they share. */
 #ifndef KH_OUT_H
 #define KH_OUT_H
 
@@ -97,6 +99,8 @@ int kh_out_write(kh_out *o, const char *p, size_t n, uint64_t timeout_ms, kh_out
 size_t kh_out_written(const kh_out *o);
 int kh_out_read(kh_out *o, int mode, size_t n, uint64_t timeout_ms, kh_out_cb cb, void *arg);
 const char *kh_out_data(const kh_out *o, size_t *len);
+/* 1 when a read would answer at once without new input: the peer closed, or reading failed. */
+int kh_out_input_ended(const kh_out *o);
 size_t kh_out_ready(const kh_out *o);
 void kh_out_consume(kh_out *o, size_t n);
 void kh_out_cancel(kh_out *o);

@@ -2,12 +2,16 @@
  * table and its QUIC connections (with kh_quic_crypto.c, the only files that know the 0.12
  * API; kh_h3.c speaks to this file through kh_quic.h).
  * Owns:  per worker an endpoint (w->quic): one uv_udp_t per TLS listener on the fd main bound
- *        (cfg->listens[i].udp_fds[w->id]), a 640 KiB receive buffer (recvmmsg batches of 10;
- *        the answers leave at the flush pass after the whole batch), the CID table; per
- *        connection the ngtcp2_conn, its TLS session, its kh_h3, a kh_dtimer and its CIDs.
+ *        (cfg->listens[i].udp_fds[w->id]), a receive buffer of h3_recv_batch x 64 KiB (recvmmsg
+ *        batches; the answers leave at the flush pass after the whole batch), a 57 KiB send
+ *        buffer, the CID table; per connection the ngtcp2_conn, its TLS session, its kh_h3, a
+ *        kh_dtimer and its CIDs.
  * In:    datagrams; the worker's flush pass (kh_wconn.flush), its variable-deadline timer
  *        (ngtcp2_conn_get_expiry and kh_h3's application timeouts), its stop walks.
- * Out:   datagrams (one sendmsg each: no GSO yet); stream data to kh_h3; CONNECTION_CLOSE.
+ * Out:   datagrams: a write pass (write_out) collects a connection's packets and sends runs of
+ *        same-size ones with one sendmsg and UDP_SEGMENT (GSO; h3_gso, probed with getsockopt at
+ *        open, off for the worker after EIO/EINVAL), else one sendmsg each, straight on the fd;
+ *        stream data to kh_h3; CONNECTION_CLOSE.
  * Retry: above h3_retry_above connections on the worker, a new client gets a Retry first (its
  *        token sealed with the secret the workers share, so any worker can check it).
  * Never: frees a connection inside an ngtcp2 or nghttp3 callback (closing is flagged and done
@@ -17,13 +21,27 @@
  * CIDs: every CID we issue is SCID_LEN bytes, the first the worker's id, by which the reuseport
  *        program of kh_listen.c routes packets to their worker. Stateless reset tokens come from
  *        a secret all workers share (ctx); a short-header packet for an unknown CID of this
- *        worker gets a stateless reset, one for another worker's CID nothing. */
+ *        worker gets a stateless reset, one for another worker's CID nothing.
+ * Close: RFC 9000 §10.2. A connection we close (CONNECTION_CLOSE sent) or the peer closed
+ *        (draining) gives up its ngtcp2, TLS and HTTP/3 state and its registry entry at once, but
+ *        its CIDs stay in the table for three PTOs (ep->closed): packets for them get the saved
+ *        CONNECTION_CLOSE datagram again (closing; the 1st, 2nd, 4th, 8th... packet) or nothing
+ *        (draining), not a stateless reset. An idle timeout or a dropped first packet frees at
+ *        once; so does any close while the worker stops (its table goes with it).
+ * Stop:  each worker reads a duplicate of main's UDP socket and closes only that; main closes
+ *        the sockets once every worker has stopped, so the reuseport group, and the router's
+ *        index -> worker mapping, stays whole while slower workers still drain. */
 #include <ngtcp2/ngtcp2.h>
 #include <ngtcp2/ngtcp2_crypto.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "kh_conn.h"
@@ -37,8 +55,15 @@
 #define MAX_UDP 1452 /* a payload that fits a 1500-byte MTU with IPv6 */
 #define H3_NO_ERROR 0x100
 /* The receive buffer: libuv 1.44 reads a batch with recvmmsg(2) only when the buffer holds at
- * least two 64 KiB datagrams (batch = size / 64 KiB, at most 20): 10 per syscall here. */
-#define RBUF_SIZE (10 * 65536)
+ * least two 64 KiB datagrams (batch = size / 64 KiB, at most 20): h3_recv_batch per syscall. */
+#define RBUF_DGRAM 65536
+/* GSO (UDP_SEGMENT): one sendmsg carries up to GSO_MAX packets of one connection, all of the
+ * first one's size but the last, which may be shorter; 64 KiB in all at most (a UDP length). */
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#define GSO_MAX 40
+#define SBUF_SIZE (GSO_MAX * MAX_UDP)
 
 struct kh_h3_ctx {
     kh_quic_creds *creds;
@@ -68,11 +93,18 @@ typedef struct quic_ep {
     int nsocks;
     int open_socks;
     char *rbuf;
+    size_t rbuf_size;
+    uint8_t *sbuf; /* the packets of one write pass, SBUF_SIZE */
+    int gso;       /* 1: UDP_SEGMENT works here (h3_gso, probed at open; off after EIO/EINVAL) */
     cid_entry **buckets;
     size_t nbuckets, ncids;
+    struct kh_quic_conn *closed; /* connections in their closing or draining period */
+    size_t nclosed;
 } quic_ep;
 
-enum { Q_CLOSING = 1, Q_DEAD = 2, Q_SHUTDOWN = 4, Q_IN_CALL = 8 };
+/* Q_CLOSED: in the closing (close_pkt set) or draining period: only the CIDs, the saved
+ * CONNECTION_CLOSE and the timer are left, and the worker's registry no longer counts it */
+enum { Q_CLOSING = 1, Q_DEAD = 2, Q_SHUTDOWN = 4, Q_IN_CALL = 8, Q_CLOSED = 16 };
 
 struct kh_quic_conn {
     kh_wconn wc;
@@ -91,6 +123,12 @@ struct kh_quic_conn {
     int flags;
     uint64_t app_error; /* kh_quic_app_error's code while Q_CLOSING */
     int app_error_set;
+    /* Q_CLOSED: the CONNECTION_CLOSE datagram sent (NULL: draining), answered again to the
+     * packets that keep coming (the 1st, 2nd, 4th, 8th...: RFC 9000 §10.2.1 rate limit) */
+    uint8_t *close_pkt;
+    size_t close_len;
+    uint32_t closed_pkts;
+    kh_quic_conn *closed_prev, *closed_next;
 };
 
 static uint64_t now_ts(void)
@@ -177,37 +215,154 @@ static void cid_remove(kh_quic_conn *q, const ngtcp2_cid *cid)
 
 /* ---- connection lifecycle ---- */
 
+/* Everything but the CIDs and the struct: the ngtcp2 connection, its TLS session, the HTTP/3
+ * state, the registry entry (so a graceful stop does not wait for a closing period). */
+static void conn_release(kh_quic_conn *q)
+{
+    kh_worker *w = q->ep->w;
+    kh_worker_dtimer_cancel(w, &q->timer);
+    kh_h3_free(q->h3); /* resets what the app still holds */
+    q->h3 = NULL;
+    if (q->qc)
+        ngtcp2_conn_del(q->qc);
+    q->qc = NULL;
+    kh_quic_session_free(q->tls);
+    q->tls = NULL;
+    kh_worker_conn_remove(w, &q->wc);
+}
+
 static void conn_free(kh_quic_conn *q)
 {
     if (q->flags & Q_DEAD)
         return;
     q->flags |= Q_DEAD;
-    kh_worker *w = q->ep->w;
-    kh_worker_dtimer_cancel(w, &q->timer);
-    kh_h3_free(q->h3); /* resets what the app still holds */
-    q->h3 = NULL;
+    quic_ep *ep = q->ep;
+    if (q->flags & Q_CLOSED) {
+        kh_worker_dtimer_cancel(ep->w, &q->timer);
+        if (q->closed_prev)
+            q->closed_prev->closed_next = q->closed_next;
+        else
+            ep->closed = q->closed_next;
+        if (q->closed_next)
+            q->closed_next->closed_prev = q->closed_prev;
+        ep->nclosed--;
+        free(q->close_pkt);
+    } else {
+        conn_release(q);
+    }
     while (q->cids) {
         cid_entry *e = q->cids;
         q->cids = e->conn_next;
-        cid_unlink(q->ep, e);
+        cid_unlink(ep, e);
         free(e);
     }
-    if (q->qc)
-        ngtcp2_conn_del(q->qc);
-    kh_quic_session_free(q->tls);
-    kh_worker_conn_remove(w, &q->wc);
     free(q);
+}
+
+static socklen_t sa_len(const struct sockaddr *sa)
+{
+    return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+/* One sendmsg on the socket's fd (libuv's send queue stays empty: we never queue there). A
+ * datagram the kernel cannot take now (EAGAIN) is dropped: QUIC recovers it as a loss. */
+static int send_msg(quic_sock *s, const struct sockaddr *to, const uint8_t *p, size_t n,
+                    size_t seg)
+{
+    struct iovec iov = {(void *)p, n};
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } cm;
+    struct msghdr m = {.msg_name = (void *)to, .msg_namelen = sa_len(to), .msg_iov = &iov,
+                       .msg_iovlen = 1};
+    if (seg) {
+        memset(&cm, 0, sizeof cm);
+        m.msg_control = cm.buf;
+        m.msg_controllen = sizeof cm.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t v = (uint16_t)seg;
+        memcpy(CMSG_DATA(c), &v, sizeof v);
+    }
+    ssize_t r;
+    do
+        r = sendmsg(s->fd, &m, 0);
+    while (r < 0 && errno == EINTR);
+    return r < 0 ? -errno : 0;
 }
 
 static void send_to(quic_sock *s, const struct sockaddr *to, const uint8_t *p, size_t n)
 {
-    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
-    int r = uv_udp_try_send(&s->udp, &b, 1, to);
-    if (r < 0 && r != UV_EAGAIN)
-        KH_LOG_DEBUG("quic: send: %s", uv_strerror(r));
+    int r = send_msg(s, to, p, n, 0);
+    if (r < 0 && r != -EAGAIN)
+        KH_LOG_DEBUG("quic: send: %s", strerror(-r));
 }
 
-/* CONNECTION_CLOSE (once, best effort), then free. */
+/* n bytes of packets of seg bytes each (the last may be shorter) to one address: one sendmsg
+ * with UDP_SEGMENT when there are several and GSO works, else one sendmsg each. A kernel or
+ * device that refuses GSO (EIO: no checksum offload; EINVAL) turns it off for the worker and
+ * the batch leaves packet by packet. */
+static void send_batch(quic_sock *s, const struct sockaddr *to, const uint8_t *p, size_t n,
+                       size_t seg)
+{
+    if (n > seg && s->ep->gso) {
+        int r = send_msg(s, to, p, n, seg);
+        if (r != -EIO && r != -EINVAL) {
+            if (r < 0 && r != -EAGAIN)
+                KH_LOG_DEBUG("quic: send: %s", strerror(-r));
+            return;
+        }
+        KH_LOG_INFO("quic: UDP_SEGMENT refused (%s): GSO off on this worker", strerror(-r));
+        s->ep->gso = 0;
+    }
+    for (size_t off = 0; off < n; off += seg)
+        send_to(s, to, p + off, n - off < seg ? n - off : seg);
+}
+
+/* The closing (pkt: the CONNECTION_CLOSE datagram just sent) or draining (pkt NULL: the peer
+ * closed) period of RFC 9000 §10.2: the connection's state goes, its CIDs stay for three PTOs
+ * so that late packets get the CONNECTION_CLOSE again (closing) or nothing (draining) instead
+ * of a stateless reset; then they go too. Not while the worker stops (it frees everything). */
+static void enter_closed(kh_quic_conn *q, const uint8_t *pkt, size_t n)
+{
+    quic_ep *ep = q->ep;
+    kh_worker *w = ep->w;
+    uint64_t pto_ms = q->qc ? (ngtcp2_conn_get_pto(q->qc) + NGTCP2_MILLISECONDS - 1) /
+                                  NGTCP2_MILLISECONDS
+                            : 0;
+    if (w->stopping || pto_ms == 0 || q->cids == NULL) {
+        conn_free(q);
+        return;
+    }
+    conn_release(q);
+    q->flags = (q->flags & ~Q_CLOSING) | Q_CLOSED;
+    if (pkt) {
+        q->close_pkt = kh_xmalloc(n);
+        memcpy(q->close_pkt, pkt, n);
+        q->close_len = n;
+    }
+    q->closed_next = ep->closed;
+    if (ep->closed)
+        ep->closed->closed_prev = q;
+    ep->closed = q;
+    ep->nclosed++;
+    KH_LOG_DEBUG("q%u quic: %s period: %llu ms", q->id, pkt ? "closing" : "draining",
+                 (unsigned long long)(3 * pto_ms));
+    kh_worker_dtimer_set(w, &q->timer, uv_now(&w->loop) + 3 * pto_ms);
+}
+
+/* A packet for a connection in its closing or draining period. */
+static void closed_recv(kh_quic_conn *q, quic_sock *s, const struct sockaddr *addr)
+{
+    q->closed_pkts++;
+    if (q->close_pkt && (q->closed_pkts & (q->closed_pkts - 1)) == 0)
+        send_to(s, addr, q->close_pkt, q->close_len);
+}
+
+/* CONNECTION_CLOSE (once, best effort), then the closing period. */
 static void close_now(kh_quic_conn *q, ngtcp2_connection_close_error *ccerr)
 {
     if (q->qc && !ngtcp2_conn_is_in_closing_period(q->qc) &&
@@ -218,8 +373,11 @@ static void close_now(kh_quic_conn *q, ngtcp2_connection_close_error *ccerr)
         ngtcp2_pkt_info pi;
         ngtcp2_ssize n = ngtcp2_conn_write_connection_close(q->qc, &ps.path, &pi, out, sizeof out,
                                                             ccerr, now_ts());
-        if (n > 0)
+        if (n > 0) {
             send_to(q->sock, (struct sockaddr *)&q->remote, out, (size_t)n);
+            enter_closed(q, out, (size_t)n);
+            return;
+        }
     }
     conn_free(q);
 }
@@ -241,8 +399,17 @@ static int handle_error(kh_quic_conn *q, int rv)
         KH_LOG_DEBUG("q%u quic: idle timeout: closed", q->id);
     else if (rv == NGTCP2_ERR_DRAINING)
         KH_LOG_DEBUG("q%u quic: closed by the peer", q->id);
-    if (rv == NGTCP2_ERR_DRAINING || rv == NGTCP2_ERR_DROP_CONN || rv == NGTCP2_ERR_IDLE_CLOSE) {
-        conn_free(q); /* nothing to send (draining: the peer closed) */
+    else if (rv == NGTCP2_ERR_DROP_CONN)
+        KH_LOG_DEBUG("q%u quic: dropped: %s", q->id,
+                     ngtcp2_conn_get_handshake_completed(q->qc)
+                         ? "ngtcp2 says so"
+                         : "a first packet that did not decrypt");
+    if (rv == NGTCP2_ERR_DRAINING) {
+        enter_closed(q, NULL, 0); /* the peer closed: nothing to send, its CIDs stay a while */
+        return 1;
+    }
+    if (rv == NGTCP2_ERR_DROP_CONN || rv == NGTCP2_ERR_IDLE_CLOSE) {
+        conn_free(q); /* silently (RFC 9000 §10.1: an idle timeout discards the state) */
         return 1;
     }
     ngtcp2_connection_close_error ccerr;
@@ -283,12 +450,20 @@ static int write_out(kh_quic_conn *q)
         close_app(q, q->app_error);
         return 1;
     }
-    uint8_t buf[MAX_UDP];
+    /* Packets collect in ep->sbuf while they go to one address and each is no larger than the
+     * first (the segment size); a shorter one ends the batch, as does a full sbuf. */
+    quic_ep *ep = q->ep;
+    uint8_t *sbuf = ep->sbuf;
+    /* (ngtcp2 keeps packets to the path's size by itself; only a PMTUD probe uses all of
+     * MAX_UDP) */
+    size_t maxpkts = ep->gso ? GSO_MAX : 1, npkts = 0, off = 0, seg = 0;
+    struct sockaddr_storage to = {0};
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
     ngtcp2_pkt_info pi;
     uint64_t ts = now_ts();
     for (int guard = 0; guard < 4096; guard++) {
+        uint8_t *buf = sbuf + off;
         int64_t sid = -1;
         int fin = 0;
         kh_iov vec[16];
@@ -300,7 +475,7 @@ static int write_out(kh_quic_conn *q)
         }
         uint32_t fl = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
         ngtcp2_ssize ndatalen = -1;
-        ngtcp2_ssize n = ngtcp2_conn_writev_stream(q->qc, &ps.path, &pi, buf, sizeof buf,
+        ngtcp2_ssize n = ngtcp2_conn_writev_stream(q->qc, &ps.path, &pi, buf, MAX_UDP,
                                                    &ndatalen, fl, sid, (const ngtcp2_vec *)vec,
                                                    (size_t)nvec, ts);
         if (n < 0) {
@@ -323,8 +498,26 @@ static int write_out(kh_quic_conn *q)
             return handle_error(q, NGTCP2_ERR_CALLBACK_FAILURE);
         if (n == 0)
             break;
-        send_to(q->sock, ps.path.remote.addr, buf, (size_t)n);
+        const struct sockaddr *ra = ps.path.remote.addr;
+        if (npkts && ((size_t)n > seg || ps.path.remote.addrlen != sa_len((struct sockaddr *)&to) ||
+                      memcmp(ra, &to, ps.path.remote.addrlen) != 0)) {
+            /* it cannot join the batch: the batch leaves, the packet starts the next */
+            send_batch(q->sock, (struct sockaddr *)&to, sbuf, off, seg);
+            memmove(sbuf, buf, (size_t)n);
+            npkts = off = 0;
+        }
+        if (npkts++ == 0) {
+            seg = (size_t)n;
+            memcpy(&to, ra, ps.path.remote.addrlen);
+        }
+        off += (size_t)n;
+        if ((size_t)n < seg || npkts == maxpkts || off + MAX_UDP > SBUF_SIZE) {
+            send_batch(q->sock, (struct sockaddr *)&to, sbuf, off, seg);
+            npkts = off = 0;
+        }
     }
+    if (npkts)
+        send_batch(q->sock, (struct sockaddr *)&to, sbuf, off, seg);
     ngtcp2_conn_update_pkt_tx_time(q->qc, ts);
     if (q->h3)
         kh_h3_after_write(q->h3); /* apps waiting for drain; what they queue goes next pass */
@@ -344,6 +537,11 @@ static int write_out(kh_quic_conn *q)
 static void on_timer(kh_dtimer *t)
 {
     kh_quic_conn *q = KH_CONTAINER_OF(t, kh_quic_conn, timer);
+    if (q->flags & Q_CLOSED) {
+        KH_LOG_DEBUG("q%u quic: closing period over: %u packets came", q->id, q->closed_pkts);
+        conn_free(q);
+        return;
+    }
     uint64_t ts = now_ts();
     if (ngtcp2_conn_get_expiry(q->qc) <= ts) {
         int rv = ngtcp2_conn_handle_expiry(q->qc, ts);
@@ -428,7 +626,7 @@ uint64_t kh_quic_max_bidi_streams(kh_quic_conn *q)
 
 void kh_quic_dirty(kh_quic_conn *q)
 {
-    if (!(q->flags & Q_DEAD))
+    if (!(q->flags & (Q_DEAD | Q_CLOSED)))
         kh_worker_flush_later(q->ep->w, &q->wc);
 }
 
@@ -679,7 +877,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *b)
 {
     quic_sock *s = h->data;
     b->base = s->ep->rbuf;
-    b->len = RBUF_SIZE;
+    b->len = s->ep->rbuf_size;
 }
 
 static void send_vn(quic_sock *s, const ngtcp2_version_cid *vc, const struct sockaddr *to)
@@ -763,6 +961,10 @@ static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struc
                         {(struct sockaddr *)addr, alen},
                         NULL};
     kh_quic_conn *q = cid_find(s->ep, vc.dcid, vc.dcidlen);
+    if (q && (q->flags & Q_CLOSED)) {
+        closed_recv(q, s, addr);
+        return;
+    }
     if (q == NULL) {
         ngtcp2_pkt_hd hd;
         if (!(data[0] & 0x80)) {
@@ -835,6 +1037,7 @@ static void ep_free(quic_ep *ep)
 {
     free(ep->socks);
     free(ep->rbuf);
+    free(ep->sbuf);
     free(ep->buckets);
     free(ep);
 }
@@ -853,6 +1056,10 @@ void kh_quic_worker_close(kh_worker *w)
     if (ep == NULL)
         return;
     w->quic = NULL;
+    while (ep->closed) /* closing periods end with the worker */
+        conn_free(ep->closed);
+    KH_LOG_DEBUG("quic: the worker's sockets close (each stays in its reuseport group until "
+                 "every worker has stopped)");
     /* the registry closed every connection before (finish_stop); handles close their fds */
     if (ep->open_socks == 0) {
         ep_free(ep);
@@ -869,7 +1076,10 @@ int kh_quic_worker_open(kh_worker *w, kh_h3_ctx *ctx, char *err, size_t errlen)
     quic_ep *ep = kh_xcalloc(1, sizeof *ep);
     ep->w = w;
     ep->ctx = ctx;
-    ep->rbuf = kh_xmalloc(RBUF_SIZE);
+    ep->rbuf_size = (size_t)w->limits->h3_recv_batch * RBUF_DGRAM;
+    ep->rbuf = kh_xmalloc(ep->rbuf_size);
+    ep->sbuf = kh_xmalloc(SBUF_SIZE);
+    ep->gso = w->limits->h3_gso != 0;
     ep->socks = kh_xcalloc((size_t)cfg->num_listens, sizeof *ep->socks);
     ep->nsocks = cfg->num_listens;
     w->quic = ep;
@@ -879,16 +1089,36 @@ int kh_quic_worker_open(kh_worker *w, kh_h3_ctx *ctx, char *err, size_t errlen)
         s->ep = ep;
         if (cfg->listens[i].udp_fds == NULL)
             continue;
-        int fd = cfg->listens[i].udp_fds[w->id];
+        /* a duplicate: closing the handle when this worker stops leaves the socket (main's
+         * fd) in the reuseport group until every worker has stopped, so the group's order, by
+         * which the CID router steers packets (kh_listen.c), stays put while others drain */
+        int fd = fcntl(cfg->listens[i].udp_fds[w->id], F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) {
+            snprintf(err, errlen, "listen on %s:%d (quic): dup: %s", cfg->listens[i].host,
+                     cfg->listens[i].port, strerror(errno));
+            return -1;
+        }
         uv_udp_init_ex(&w->loop, &s->udp, AF_UNSPEC | UV_UDP_RECVMMSG);
         s->udp.data = s;
         s->fd = fd;
         ep->open_socks++;
         int r = uv_udp_open(&s->udp, fd);
+        if (r != 0)
+            close(fd); /* the handle did not take it */
         if (r == 0) {
             int len = (int)sizeof s->local;
             r = uv_udp_getsockname(&s->udp, (struct sockaddr *)&s->local, &len);
             s->locallen = (socklen_t)len;
+        }
+        if (r == 0 && ep->gso) {
+            /* the kernel knows UDP_SEGMENT (4.18+) when it answers for the option */
+            int v = 0;
+            socklen_t vl = sizeof v;
+            if (getsockopt(fd, SOL_UDP, UDP_SEGMENT, &v, &vl) != 0) {
+                KH_LOG_INFO("quic: no UDP_SEGMENT here (%s): one sendmsg per packet",
+                            strerror(errno));
+                ep->gso = 0;
+            }
         }
         if (r == 0)
             r = uv_udp_recv_start(&s->udp, alloc_cb, on_recv);

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include <openssl/core_names.h>
+#include <openssl/decoder.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -47,7 +48,7 @@ struct kh_tls_ctx {
     SSL_CTX **ctxs; /* [0] is the default; SNI (RFC 6066 §3) may switch to another */
     X509 **certs;   /* borrowed from each ctx, for the SNI match */
     int n;
-    char spki[64];
+    char spki[64]; /* computed on first use (kh_tls_ctx_spki_sha256): start-up skips it */
     unsigned char alpn[64]; /* ALPN ids we serve, wire format, in our preference order */
     size_t alpn_len;
     BIO_METHOD *bio_method;
@@ -364,6 +365,30 @@ static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
     return ok ? 0 : -1;
 }
 
+/* The private key through a decoder asked for the certificate's key type only: what
+ * SSL_CTX_use_PrivateKey_file does, minus trying every key type OpenSSL knows (~4 M of the
+ * ~27 M instructions a TLS listener's start-up took, bench/startup.sh). -1 when it did not work
+ * (the caller then takes OpenSSL's path, whose error says why); its errors are cleared. */
+static int use_key_narrow(SSL_CTX *ctx, const char *path)
+{
+    X509 *x = SSL_CTX_get0_certificate(ctx);
+    const char *type = x ? EVP_PKEY_get0_type_name(X509_get0_pubkey(x)) : NULL;
+    if (type == NULL)
+        return -1;
+    EVP_PKEY *pk = NULL;
+    OSSL_DECODER_CTX *dc = OSSL_DECODER_CTX_new_for_pkey(&pk, "PEM", NULL, type,
+                                                         EVP_PKEY_KEYPAIR, NULL, NULL);
+    BIO *b = BIO_new_file(path, "r");
+    int ok = dc && b && OSSL_DECODER_from_bio(dc, b) == 1 && pk &&
+             SSL_CTX_use_PrivateKey(ctx, pk) == 1;
+    BIO_free(b);
+    OSSL_DECODER_CTX_free(dc);
+    EVP_PKEY_free(pk);
+    if (!ok)
+        ERR_clear_error();
+    return ok ? 0 : -1;
+}
+
 static int load_pair(SSL_CTX *ctx, const char *cert, const char *key, char *err, size_t errlen)
 {
     char e[256];
@@ -384,7 +409,7 @@ static int load_pair(SSL_CTX *ctx, const char *cert, const char *key, char *err,
                  ssl_err(e, sizeof e));
         return -1;
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+    if (use_key_narrow(ctx, key) != 0 && SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
         snprintf(err, errlen, "--tls-key %s: not a usable PEM private key for %s (%s)", key,
                  cert, ssl_err(e, sizeof e));
         return -1;
@@ -397,10 +422,12 @@ static int load_pair(SSL_CTX *ctx, const char *cert, const char *key, char *err,
     return 0;
 }
 
+/* The certificate's own SubjectPublicKeyInfo, re-encoded by the ASN.1 templates: i2d_PUBKEY
+ * would go through OpenSSL 3's encoder fetch (~3.5 M instructions on the first call). */
 static void spki_sha256(X509 *x, char *out, size_t outlen)
 {
     unsigned char *der = NULL, md[32];
-    int len = i2d_PUBKEY(X509_get0_pubkey(x), &der);
+    int len = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(x), &der);
     out[0] = '\0';
     if (len <= 0 || outlen < 45)
         return;
@@ -444,7 +471,6 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
             goto fail;
         t->certs[i] = SSL_CTX_get0_certificate(ctx);
     }
-    spki_sha256(t->certs[0], t->spki, sizeof t->spki);
     return t;
 fail:
     kh_tls_ctx_free(t);
@@ -453,6 +479,9 @@ fail:
 
 const char *kh_tls_ctx_spki_sha256(const kh_tls_ctx *t)
 {
+    kh_tls_ctx *m = (kh_tls_ctx *)t; /* a cache filled on the main thread, before any worker */
+    if (m->spki[0] == '\0')
+        spki_sha256(m->certs[0], m->spki, sizeof m->spki);
     return t->spki;
 }
 

@@ -38,7 +38,8 @@ typedef struct kh_tls_opts {
 /* Main thread, before the workers start. Returns NULL with a message naming the file in err. */
 kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen);
 /* Base64 SHA-256 of the default certificate's SubjectPublicKeyInfo (Chromium's
- * --ignore-certificate-errors-spki-list takes it). */
+ * --ignore-certificate-errors-spki-list takes it). Computed on the first call, which must be
+ * on the main thread before the workers start (start-up skips it when nothing asks). */
 const char *kh_tls_ctx_spki_sha256(const kh_tls_ctx *t);
 void kh_tls_ctx_free(kh_tls_ctx *t);
 /* Main thread: the default certificate (leaf first, then its chain) and its private key as PEM,

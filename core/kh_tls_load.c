@@ -9,24 +9,17 @@
  * Out:   the same calls into the module; a message naming every path tried when it cannot load.
  * Never: loads the module for a server without a TLS listener until the app makes a TLS
  *        connection; unloads it (OpenSSL registers atexit handlers).
- * Where the module is looked for, first match wins:
- *   1. $KHAMSIN_TLS_MODULE, a path to the file (then nothing else is tried);
- *   2. next to the binary: dirname(/proc/self/exe)/khamsin-tls.so (the build tree);
- *   3. the installed layout: dirname(/proc/self/exe)/../lib/khamsin/khamsin-tls.so;
- *   4. a LuaRocks tree (khamsin.rockspec): dirname(/proc/self/exe)/../lib/lua/5.1/khamsin/
- *      khamsin-tls.so (LuaRocks moves the rock's lib/ files to <tree>/lib/lua/5.1).
+ * Where the module is looked for (kh_modload.c, shared with kh_h3_load.c): $KHAMSIN_TLS_MODULE,
+ *   else next to the binary, ../lib/khamsin/, ../lib/lua/5.1/khamsin/ (a LuaRocks tree).
  * The functions below carry kh_tls_* names although this file is kh_tls_load.c: they are the
  * kh_tls.h interface the rest of core calls, unchanged whether TLS is built in or loaded. */
-#include <dlfcn.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kh_conn.h"
 #include "kh_log.h"
+#include "kh_modload.h"
 #include "kh_tls.h"
 #include "kh_tls_module.h"
 #include "kh_worker.h"
@@ -38,22 +31,10 @@
 static const kh_tls_module_vt *tls;
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Opens one candidate. Returns 1 when loaded, 0 when the file cannot be opened (err gets why,
- * the caller tries the next path), -1 when it opened but is not a module we can use. */
-static int try_load(const char *path, char *err, size_t errlen)
+/* The table khamsin-tls.so returned: built with this binary? */
+static int check(const void *t, const char *path, char *err, size_t errlen)
 {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL) {
-        const char *e = dlerror();
-        snprintf(err, errlen, "%s", e ? e : path);
-        return 0;
-    }
-    kh_tls_module_entry_fn entry = (kh_tls_module_entry_fn)dlsym(h, KH_TLS_MODULE_ENTRY);
-    const kh_tls_module_vt *vt = entry ? entry() : NULL;
-    if (vt == NULL) {
-        snprintf(err, errlen, "%s: no %s(): not a khamsin TLS module", path, KH_TLS_MODULE_ENTRY);
-        return -1;
-    }
+    const kh_tls_module_vt *vt = t;
     if (vt->abi != KH_TLS_MODULE_ABI || vt->vt_size != sizeof *vt ||
         vt->conn_size != sizeof(kh_conn) || vt->worker_size != sizeof(kh_worker) ||
         strcmp(vt->version, KH_VERSION) != 0) {
@@ -62,56 +43,25 @@ static int try_load(const char *path, char *err, size_t errlen)
                  KH_TLS_MODULE_ABI);
         return -1;
     }
-    KH_LOG_DEBUG("tls: loaded %s", path);
-    tls = vt;
-    return 1;
+    return 0;
 }
 
 /* 0 when the module is loaded; -1 with a message naming every path tried. */
 static int load_locked(char *err, size_t errlen)
 {
-    if (tls)
-        return 0;
-    char why[600];
-    const char *env = getenv("KHAMSIN_TLS_MODULE");
-    if (env && *env) {
-        if (try_load(env, why, sizeof why) > 0)
-            return 0;
-        snprintf(err, errlen, "TLS needs the module %s (KHAMSIN_TLS_MODULE), which did not load: %s",
-                 env, why);
-        return -1;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        snprintf(err, errlen, "TLS needs %s: cannot find the binary's directory (/proc/self/exe); "
-                 "set KHAMSIN_TLS_MODULE to the module's path", KH_TLS_MODULE_FILE);
-        return -1;
-    }
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    *slash = '\0';
-    static const char *const rel[] = {"/" KH_TLS_MODULE_FILE, "/../lib/khamsin/" KH_TLS_MODULE_FILE,
-                                      "/../lib/lua/5.1/khamsin/" KH_TLS_MODULE_FILE};
-    char tried[1400] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-        char path[PATH_MAX + 64];
-        snprintf(path, sizeof path, "%s%s", exe, rel[i]);
-        int r = try_load(path, why, sizeof why);
-        if (r > 0)
-            return 0;
-        if (r < 0) {
-            snprintf(err, errlen, "TLS module unusable: %s", why);
-            return -1;
-        }
-        if (used < sizeof tried)
-            used += (size_t)snprintf(tried + used, sizeof tried - used, "%s%s", i ? "; " : "", why);
-    }
-    snprintf(err, errlen, "TLS needs the module %s, which did not load (%s); build it (the "
-             "khamsin target builds it), install it, or set KHAMSIN_TLS_MODULE to its path",
-             KH_TLS_MODULE_FILE, tried);
-    return -1;
+    static const kh_modload_spec m = {
+        .file = KH_TLS_MODULE_FILE,
+        .env = "KHAMSIN_TLS_MODULE",
+        .entry = KH_TLS_MODULE_ENTRY,
+        .needs = "TLS",
+        .kind = "TLS",
+        .build_hint = "build it (the khamsin target builds it), install it",
+        .log = "tls",
+        .check = check,
+    };
+    if (tls == NULL)
+        tls = kh_modload(&m, err, errlen);
+    return tls ? 0 : -1;
 }
 
 static int load(char *err, size_t errlen)

@@ -2,8 +2,15 @@
  * Owns:  the table of the module's kh_tls.h functions.
  * In:    a call from kh_tls_load.c right after dlopen.
  * Out:   the table; every other symbol of the module stays hidden (-fvisibility=hidden), so the
- *        module's kh_tls_* never clash with the binary's kh_tls_* trampolines. */
+ *        module's kh_tls_* never clash with the binary's kh_tls_* trampolines.
+ * Start-up: OpenSSL is initialised here, once, without reading openssl.cnf unless OPENSSL_CONF
+ * names one: the config scan cost ~1.7 M instructions (of ~27 M for a TLS listener's start-up,
+ * bench/startup.sh) and khamsin sets its own protocol, cipher and group policy on every
+ * SSL_CTX, so the system file only changed what we overrode anyway. */
 #include "kh_tls_module.h"
+
+#include <openssl/ssl.h>
+#include <stdlib.h>
 
 #include "kh_common.h"
 #include "kh_conn.h"
@@ -44,5 +51,9 @@ KH_EXPORT const kh_tls_module_vt *kh_tls_module_get(void);
 
 const kh_tls_module_vt *kh_tls_module_get(void)
 {
+    const char *conf = getenv("OPENSSL_CONF");
+    uint64_t flags = conf && *conf ? OPENSSL_INIT_LOAD_CONFIG : OPENSSL_INIT_NO_LOAD_CONFIG;
+    if (OPENSSL_init_ssl(flags, NULL) != 1)
+        return NULL;
     return &vt;
 }

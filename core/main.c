@@ -901,6 +901,12 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);
     for (int i = 0; i < nlisten; i++) {
+        /* the workers closed their TCP listeners and their duplicates of the UDP sockets; the
+         * UDP sockets themselves stayed in their reuseport group until every worker had
+         * stopped (kh_quic.c), so they close only now */
+        for (int j = 0; listens[i].udp_fds && j < cfg.workers; j++)
+            if (listens[i].udp_fds[j] >= 0)
+                close(listens[i].udp_fds[j]);
         free(listens[i].fds);
         free(listens[i].udp_fds);
     }

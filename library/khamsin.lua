@@ -466,7 +466,8 @@ function socket.tcp() end
 function socket.stats() end
 
 --- A stand-in for luasocket's `socket` module (`package.loaded.socket = k.socket.luasocket()`):
---- tcp, connect, gettime, sleep, select (one socket), dns, try/protect/newtry/skip.
+--- tcp, connect, gettime, sleep, select (on several sockets at once: readable, writable, err),
+--- dns, try/protect/newtry/skip.
 ---@param opts? table connect options every socket made through it gets ({pool_size=, backlog=})
 ---@return table
 function socket.luasocket(opts) end
@@ -578,9 +579,11 @@ function Socket:receive(pattern, prefix) end
 ---@return string? err
 function Socket:receiveany(max) end
 
---- Seconds for every operation (nil or < 0: none), luasocket's unit.
+--- Seconds (nil or < 0: none), luasocket's unit. mode "b" (default): each operation; "t" (or
+--- "r"): the whole call; a call waits at most the smaller of the two.
 ---@param seconds? number
-function Socket:settimeout(seconds) end
+---@param mode? "b"|"t"|"r"
+function Socket:settimeout(seconds, mode) end
 
 --- Milliseconds (OpenResty's unit); nil keeps one.
 ---@param connect_ms? number

@@ -26,11 +26,14 @@
 
 /* ---- fields from Lua: a flat array {name1, value1, name2, value2, ...} ---- */
 
-static kh_h1_field *fields_from(lua_State *L, int idx, size_t *n)
+/* Uses `small` when the fields fit (the usual case: no malloc per request); else an array the
+ * caller frees (when the result is not `small`). */
+#define FIELDS_SMALL 32
+static kh_h1_field *fields_from(lua_State *L, int idx, size_t *n, kh_h1_field *small)
 {
     size_t len = lua_objlen(L, idx);
     *n = len / 2;
-    kh_h1_field *f = kh_xmalloc((*n ? *n : 1) * sizeof(*f));
+    kh_h1_field *f = *n <= FIELDS_SMALL ? small : kh_xmalloc(*n * sizeof(*f));
     for (size_t i = 0; i < *n; i++) {
         lua_rawgeti(L, idx, (int)(2 * i + 1));
         lua_rawgeti(L, idx, (int)(2 * i + 2));
@@ -43,6 +46,12 @@ static kh_h1_field *fields_from(lua_State *L, int idx, size_t *n)
         }
     }
     return f;
+}
+
+static void fields_free(kh_h1_field *f, kh_h1_field *small)
+{
+    if (f != small)
+        free(f);
 }
 
 static kh_str arg_str(lua_State *L, int idx)
@@ -59,13 +68,14 @@ static int l_h1_request(lua_State *L)
     luaL_checktype(L, 4, LUA_TTABLE);
     int64_t body_len = (int64_t)luaL_optnumber(L, 5, -1);
     size_t n;
-    kh_h1_field *f = fields_from(L, 4, &n);
+    kh_h1_field small_f[FIELDS_SMALL];
+    kh_h1_field *f = fields_from(L, 4, &n, small_f);
     const char *bad;
     char small[2048];
     ssize_t need = kh_h1c_write_request(small, sizeof(small), method, target, host, f, n,
                                         body_len, &bad);
     if (need == KH_H1C_EREQ) {
-        free(f);
+        fields_free(f, small_f);
         lua_pushnil(L);
         lua_pushfstring(L, "invalid request: bad %s", bad);
         return 2;
@@ -78,7 +88,7 @@ static int l_h1_request(lua_State *L)
         lua_pushlstring(L, big, (size_t)need);
         free(big);
     }
-    free(f);
+    fields_free(f, small_f);
     return 1;
 }
 
@@ -92,8 +102,17 @@ typedef struct lh1 {
     int failed;
 } lh1;
 
+/* The reader at 1; its metatable is upvalue 1 of the h1 functions (a pointer compare rather
+ * than luaL_checkudata's registry lookup by name on every call). */
 static lh1 *check_h1(lua_State *L)
 {
+    void *p = lua_touserdata(L, 1);
+    if (p != NULL && lua_getmetatable(L, 1)) {
+        int same = lua_rawequal(L, -1, lua_upvalueindex(1));
+        lua_pop(L, 1);
+        if (same)
+            return p;
+    }
     return luaL_checkudata(L, 1, H1_MT);
 }
 
@@ -143,27 +162,18 @@ static void push_fields_map(lua_State *L, const kh_h1_field *f, size_t n)
     }
 }
 
-static void push_head(lua_State *L, const kh_h1c_head *hd)
-{
-    lua_createtable(L, 0, 4);
-    lua_pushinteger(L, hd->status);
-    lua_setfield(L, -2, "status");
-    lua_pushlstring(L, hd->reason.ptr ? hd->reason.ptr : "", hd->reason.len);
-    lua_setfield(L, -2, "reason");
-    lua_pushinteger(L, hd->minor_version);
-    lua_setfield(L, -2, "minor");
-    push_fields_map(L, hd->fields, hd->num_fields);
-    lua_setfield(L, -2, "headers");
-}
-
-/* http_h1_feed(reader, data) -> head|nil, body, done, err|nil, reusable, leftover
- * Takes every event the bytes so far allow: the head (once), all the body bytes, the end. */
+/* http_h1_feed(reader, data) -> status|nil, body, done, err|nil, reusable, leftover, headers,
+ * reason, minor: the head's values (status first; nil until the head came, and after) as
+ * separate results rather than a table: one table less per response.
+ * Takes every event the bytes so far allow: the head (once), all the body bytes, the end.
+ * What it could not consume yet stays in the reader's buffer. */
 static int l_h1_feed(lua_State *L)
 {
     lh1 *h = check_h1(L);
     size_t dn;
     const char *data = luaL_optlstring(L, 2, "", &dn);
     lua_settop(L, 2);
+    luaL_checkstack(L, 24, "http_h1_feed");
     if (h->failed) {
         lua_pushnil(L);
         lua_pushliteral(L, "");
@@ -171,6 +181,7 @@ static int l_h1_feed(lua_State *L)
         lua_pushliteral(L, "reader used after an error");
         return 4;
     }
+    /* copied: a chunked body is decoded in place, and a Lua string is not ours to change */
     if (h->len + dn > h->cap) {
         size_t c = h->cap ? h->cap : 4096;
         while (c < h->len + dn)
@@ -181,33 +192,42 @@ static int l_h1_feed(lua_State *L)
     if (dn)
         memcpy(h->buf + h->len, data, dn);
     h->len += dn;
+    char *p = h->buf;
+    size_t plen = h->len;
 
-    int have_head = 0, done = 0;
+    int done = 0, have_head = 0;
+    kh_str one = {NULL, 0}; /* the body when it comes in one slice (no luaL_Buffer then) */
+    int nslices = 0;
     luaL_Buffer b;
-    lua_pushnil(L); /* slot 3: the head */
-    luaL_buffinit(L, &b);
     size_t off = 0;
     const char *err = NULL;
     for (;;) {
         int ev;
         kh_str d;
-        ssize_t n = kh_h1c_feed(&h->r, h->buf + off, h->len - off, &ev, &d);
+        ssize_t n = kh_h1c_feed(&h->r, p + off, plen - off, &ev, &d);
         if (n < 0) {
             err = kh_h1c_error_reason((int)n);
             h->failed = 1;
             break;
         }
         if (ev == KH_H1C_HEAD) {
-            /* a head comes before any body byte of this feed, so the buffer is still empty
-             * and has no stack slot: close it, put the head in slot 3, open it again */
-            luaL_pushresult(&b);
-            lua_pop(L, 1);
-            push_head(L, &h->r.head);
-            lua_replace(L, 3);
+            /* pushed now, at 3 and 4: the fields point into p, which the end may move (a
+             * head comes before any body byte, so no luaL_Buffer is open yet) */
             have_head = 1;
-            luaL_buffinit(L, &b);
-        } else if (ev == KH_H1C_DATA) {
-            luaL_addlstring(&b, d.ptr, d.len);
+            push_fields_map(L, h->r.head.fields, h->r.head.num_fields);
+            lua_pushlstring(L, h->r.head.reason.ptr ? h->r.head.reason.ptr : "",
+                            h->r.head.reason.len);
+        } else if (ev == KH_H1C_DATA && d.len > 0) {
+            if (nslices == 0) {
+                one = d;
+            } else {
+                if (nslices == 1) {
+                    luaL_buffinit(L, &b);
+                    luaL_addlstring(&b, one.ptr, one.len);
+                }
+                luaL_addlstring(&b, d.ptr, d.len);
+            }
+            nslices++;
         }
         off += (size_t)n;
         if (ev == KH_H1C_DONE) {
@@ -217,10 +237,20 @@ static int l_h1_feed(lua_State *L)
         if (ev == KH_H1C_NEED_MORE && n == 0)
             break;
     }
-    (void)have_head;
-    memmove(h->buf, h->buf + off, h->len - off);
-    h->len -= off;
-    luaL_pushresult(&b);
+    /* the body first (its slices point into p), then keep what is left */
+    if (nslices > 1)
+        luaL_pushresult(&b);
+    else
+        lua_pushlstring(L, one.ptr ? one.ptr : "", one.len);
+    int body_idx = lua_gettop(L);
+    size_t left = plen - off;
+    memmove(h->buf, h->buf + off, left);
+    h->len = left;
+    if (have_head && !err)
+        lua_pushinteger(L, h->r.head.status);
+    else
+        lua_pushnil(L);
+    lua_pushvalue(L, body_idx);
     lua_pushboolean(L, done);
     if (err)
         lua_pushstring(L, err);
@@ -228,7 +258,12 @@ static int l_h1_feed(lua_State *L)
         lua_pushnil(L);
     lua_pushboolean(L, done && h->r.reusable);
     lua_pushinteger(L, (lua_Integer)h->len);
-    return 6;
+    if (!have_head || err)
+        return 6;
+    lua_pushvalue(L, 3);
+    lua_pushvalue(L, 4);
+    lua_pushinteger(L, h->r.head.minor_version);
+    return 9;
 }
 
 /* http_h1_reset(reader, head_request, body_bytes): ready for another response (readers are reused) */
@@ -271,7 +306,7 @@ static int l_h1_started(lua_State *L)
 
 static int l_h1_gc(lua_State *L)
 {
-    lh1 *h = check_h1(L);
+    lh1 *h = luaL_checkudata(L, 1, H1_MT);
     free(h->buf);
     free(h->fields);
     h->buf = NULL;
@@ -388,9 +423,10 @@ static int l_h2_submit(lua_State *L)
     size_t bl = 0;
     const char *body = lua_isnoneornil(L, 7) ? NULL : luaL_checklstring(L, 7, &bl);
     size_t n;
-    kh_h1_field *f = fields_from(L, 6, &n);
+    kh_h1_field small_f[FIELDS_SMALL];
+    kh_h1_field *f = fields_from(L, 6, &n, small_f);
     int32_t id = kh_h2c_submit(s, m, sc, au, pa, f, n, body, bl);
-    free(f);
+    fields_free(f, small_f);
     if (id < 0) {
         lua_pushnil(L);
         lua_pushstring(L, kh_h2c_error_reason(id));
@@ -556,8 +592,11 @@ void kh__lua_open_http(lua_State *L, struct kh_lua *K)
         {"http_h2_state", l_h2_state},
         {NULL, NULL},
     };
+    luaL_getmetatable(L, H1_MT);
     for (const luaL_Reg *f = fns; f->name; f++) {
-        lua_pushcfunction(L, f->func);
-        lua_setfield(L, -2, f->name);
+        lua_pushvalue(L, -1); /* upvalue 1: the h1 reader's metatable (check_h1) */
+        lua_pushcclosure(L, f->func, 1);
+        lua_setfield(L, -3, f->name);
     }
+    lua_pop(L, 1);
 }

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kh_err.h"
@@ -23,7 +24,9 @@
 #define K_UPVALUE(L) ((kh_lua *)lua_touserdata((L), lua_upvalueindex(1)))
 
 enum { T_CONNECT = 0, T_SEND = 1, T_READ = 2 };
-enum { W_CONNECT = 1, W_TLS, W_SEND, W_RECEIVE, W_RESOLVE };
+enum { W_CONNECT = 1, W_TLS, W_SEND, W_RECEIVE, W_RESOLVE, W_SELECT };
+
+struct lsel;
 
 typedef struct lsock {
     kh_lua *K;
@@ -41,7 +44,17 @@ typedef struct lsock {
     int closed;        /* close() was called: every call answers "closed" */
     int prefix_ref;    /* receive's prefix while it waits */
     kh_dns_req *dreq;  /* k.socket.resolve's lookup (a socket object that never connects) */
+    struct lsel *sel;  /* W_SELECT: the select this socket takes part in */
 } lsock;
+
+/* A select() waiting on several sockets: a read of "at least one byte, consume nothing" runs on
+ * each (every kh_out has its own operation slot and timer), the first to end (input, EOF, an
+ * error or the timeout) ends them all. The coroutine's c->sock is the first socket. */
+typedef struct lsel {
+    kh_lua_co *co;
+    int n;
+    lsock *s[];
+} lsel;
 
 static int misuse(lua_State *L, const char *fmt, ...)
 {
@@ -53,9 +66,18 @@ static int misuse(lua_State *L, const char *fmt, ...)
     return 2;
 }
 
+/* The socket at 1. Its metatable is upvalue 2 of every function here: a pointer compare, where
+ * luaL_checkudata would look the name up in the registry (interning it) on every call. */
 static lsock *check(lua_State *L)
 {
-    return luaL_checkudata(L, 1, SOCK_MT);
+    void *p = lua_touserdata(L, 1);
+    if (p != NULL && lua_getmetatable(L, 1)) {
+        int same = lua_rawequal(L, -1, lua_upvalueindex(2));
+        lua_pop(L, 1);
+        if (same)
+            return p;
+    }
+    return luaL_checkudata(L, 1, SOCK_MT); /* raises luaL's "bad argument" error */
 }
 
 static int fail(lua_State *L, const char *err)
@@ -188,6 +210,28 @@ static int push_partial(lua_State *co, lsock *s, int status)
 
 /* ---- completion ---- */
 
+static void sel_end(lsel *sel);
+
+/* A select's read ended on one of its sockets: the select ends ("ready", or "timeout"). */
+static void sel_cb(kh_out *o, int status, void *arg)
+{
+    (void)o;
+    lsock *s = arg;
+    lsel *sel = s->sel;
+    kh_lua_co *c = sel->co;
+    kh_lua *K = s->K;
+    sel_end(sel);
+    c->sock = NULL;
+    c->wait = KH_WAIT_NONE;
+    lua_State *co = c->co;
+    lua_pushboolean(co, 1);
+    if (status == KH_ETIMEDOUT)
+        lua_pushliteral(co, "timeout");
+    else
+        lua_pushliteral(co, "ready");
+    kh__lua_wake(K, c, 2);
+}
+
 static void done_cb(kh_out *o, int status, void *arg)
 {
     lsock *s = arg;
@@ -246,6 +290,12 @@ void kh__lua_socket_abort(kh_lua *K, kh_lua_co *c)
     c->sock = NULL;
     if (s == NULL)
         return;
+    if (s->waiting == W_SELECT) {
+        /* the reads end; the sockets stay open (the coroutine's stack holds them until the
+         * collector closes them) */
+        sel_end(s->sel);
+        return;
+    }
     s->co = NULL;
     s->waiting = 0;
     if (s->dreq) {
@@ -569,6 +619,85 @@ static int l_receive(lua_State *L)
     return park(L, s, c, W_RECEIVE);
 }
 
+/* readable(sock) -> nil (closed: select skips it) | true (input here, or the peer closed: a
+ * receive answers at once) | false */
+static int l_readable(lua_State *L)
+{
+    lsock *s = check(L);
+    if (s->o == NULL) {
+        lua_pushnil(L);
+        return 1;
+    }
+    size_t len;
+    kh_out_data(s->o, &len);
+    lua_pushboolean(L, len > 0 || kh_out_input_ended(s->o));
+    return 1;
+}
+
+/* Ends the reads of a select (all but the one whose callback runs now are cancelled) and frees
+ * it. */
+static void sel_end(lsel *sel)
+{
+    for (int i = 0; i < sel->n; i++) {
+        lsock *s = sel->s[i];
+        if (s->o)
+            kh_out_cancel(s->o);
+        s->sel = NULL;
+        s->co = NULL;
+        s->waiting = 0;
+    }
+    free(sel);
+}
+
+/* select(timeout_s, sock...) -> true, "ready" | true, "timeout" (yields until input, EOF or an
+ * error on one of the sockets, or the timeout; < 0: none). Consumes nothing. The sockets are
+ * open, not waited on by another coroutine, with nothing buffered (socket.lua checks first). */
+static int l_select(lua_State *L)
+{
+    kh_lua *K = K_UPVALUE(L);
+    double tv = luaL_checknumber(L, 1);
+    int n = lua_gettop(L) - 1;
+    kh_lua_co *c = current(L, K, "socket.select");
+    if (c == NULL)
+        return 2;
+    if (n < 1)
+        return misuse(L, "socket.select: no socket to wait on");
+    for (int i = 0; i < n; i++) {
+        lsock *s = luaL_checkudata(L, 2 + i, SOCK_MT);
+        if (s->co)
+            return misuse(L, "socket.select: another coroutine waits on socket %d", i + 1);
+        if (s->o == NULL)
+            return misuse(L, "socket.select: socket %d is closed", i + 1);
+        for (int j = 0; j < i; j++)
+            if (lua_touserdata(L, 2 + j) == s)
+                return misuse(L, "socket.select: socket %d is there twice", i + 1);
+    }
+    uint64_t tmo = tv < 0 ? KH_OUT_NO_TIMEOUT : (uint64_t)ceil(tv * 1000.0);
+    lsel *sel = kh_xmalloc(sizeof *sel + (size_t)n * sizeof(lsock *));
+    sel->co = c;
+    sel->n = 0;
+    for (int i = 0; i < n; i++) {
+        lsock *s = lua_touserdata(L, 2 + i);
+        int rc = kh_out_read(s->o, KH_OUT_READ_SOME, 0, tmo, sel_cb, s);
+        if (rc != 0) {
+            /* input or an end already (1, or an error code): ready now, nothing to wait for */
+            sel_end(sel);
+            lua_pushboolean(L, 1);
+            lua_pushliteral(L, "ready");
+            return 2;
+        }
+        s->sel = sel;
+        s->co = c;
+        s->waiting = W_SELECT;
+        sel->s[sel->n++] = s;
+    }
+    lsock *first = sel->s[0];
+    c->sock = first;
+    c->wait = KH_WAIT_SOCKET;
+    lua_pushlightuserdata(L, KH_YIELD);
+    return lua_yield(L, 1);
+}
+
 /* settimeouts(sock, connect, send, read): seconds each, nil keeps, < 0 none */
 static int l_settimeouts(lua_State *L)
 {
@@ -709,6 +838,16 @@ static int l_info(lua_State *L)
     return 1;
 }
 
+/* reused(sock) -> times from the pool (0: new or closed), negotiated ALPN ("" when none): what
+ * k.http asks of every connection, without info()'s table */
+static int l_reused(lua_State *L)
+{
+    lsock *s = check(L);
+    lua_pushinteger(L, s->o ? kh_out_reused(s->o) : 0);
+    lua_pushstring(L, s->o ? kh_out_alpn(s->o) : "");
+    return 2;
+}
+
 static int l_gc(lua_State *L)
 {
     lsock *s = luaL_checkudata(L, 1, SOCK_MT);
@@ -759,20 +898,25 @@ void kh__lua_open_socket(lua_State *L, kh_lua *K)
         {"socket_getpeername", l_getpeername},
         {"socket_setoption", l_setoption},
         {"socket_info", l_info},
+        {"socket_reused", l_reused},
+        {"socket_readable", l_readable},
+        {"socket_select", l_select},
         {"socket_stats", l_stats},
         {"socket_resolve", l_resolve},
         {"socket_gettime", l_gettime},
         {"socket_tls_preload", l_tls_preload},
         {NULL, NULL},
     };
-    for (const luaL_Reg *f = fns; f->name; f++) {
-        lua_pushlightuserdata(L, K);
-        lua_pushcclosure(L, f->func, 1);
-        lua_setfield(L, -2, f->name);
-    }
     if (luaL_newmetatable(L, SOCK_MT)) {
         lua_pushcfunction(L, l_gc);
         lua_setfield(L, -2, "__gc");
+    }
+    int mt = lua_gettop(L);
+    for (const luaL_Reg *f = fns; f->name; f++) {
+        lua_pushlightuserdata(L, K);
+        lua_pushvalue(L, mt);
+        lua_pushcclosure(L, f->func, 2);
+        lua_setfield(L, -3, f->name);
     }
     lua_pop(L, 1);
 }

@@ -10,11 +10,25 @@
  * ("websocket") on a request routed by k.route("@websocket", ...); core.respond(s, gen, 0, nil,
  * headers, nil, "tunnel") accepts it (101 on h1, 200 on h2); then body_chunk reads the peer's
  * bytes (false: its end), stream_write(s, gen, bytes, "wait" | "push") writes, stream_finish
- * ends the tunnel. The handler returning does not end it if it called core.defer_hold.
+ * ends the tunnel. The handler returning does not end it if it called core.defer_hold; once
+ * also core.stream_hold'd, the tunnel waits for input with no coroutine (KH_WAIT_TUNNEL): each
+ * arrival starts one for the "tunnel" event, which reads with body_chunk(s, gen, true).
  * Never: knows a wire format (chunked, DATA, event-stream framing are the protocols' or Lua's),
  *        waits in a coroutine that does not own the stream. */
 #include <malloc.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KH_ASAN 1
+#endif
+#endif
+#ifdef KH_ASAN
+/* libasan's (sanitizer/allocator_interface.h, which GCC 12 does not ship) */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
 
 #include "kh_err.h"
 #include "kh_lua_copy.h"
@@ -86,12 +100,20 @@ static int l_write(lua_State *L)
     return lua_yield(L, 1);
 }
 
-/* finish(s, gen) -> true | nil, "closed": ends a streamed response (or tunnel output) */
+/* finish(s, gen[, cut]) -> true | nil, "closed": ends a streamed response (or tunnel output);
+ * cut: a slow consumer's, whose queued bytes the protocol may drop (kh_stream_cut: h2 resets
+ * the stream once what the peer's window lets through is out) */
 static int l_finish(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
     if (s == NULL || s->proto == NULL)
         return closed(L);
+    if (lua_toboolean(L, 3)) {
+        if (kh_stream_cut(s) != 0)
+            return closed(L);
+        lua_pushboolean(L, 1);
+        return 1;
+    }
     if (s->flags & KH_STREAM_F_ENDED) {
         lua_pushboolean(L, 1);
         return 1;
@@ -112,8 +134,10 @@ static int l_queued(lua_State *L)
     return 2;
 }
 
-/* body_chunk(s, gen) -> string | false (the end) | nil, "closed" | false, message (misuse) |
- * (yields: true, ask again). The first call switches the body to incremental reading. */
+/* body_chunk(s, gen[, nowait]) -> string | false (the end) | nil, "closed" | false, message
+ * (misuse) | (yields: true, ask again). The first call switches the body to incremental reading.
+ * nowait: nil, "wait" instead of yielding when no byte is there yet (a held tunnel's reader,
+ * which ends and is started again by the next input: KH_WAIT_TUNNEL). */
 static int l_body_chunk(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
@@ -138,6 +162,11 @@ static int l_body_chunk(lua_State *L)
     case KH_BODY_READING: {
         if (s->proto == NULL)
             return closed(L);
+        if (lua_toboolean(L, 3)) {
+            lua_pushnil(L);
+            lua_pushliteral(L, "wait");
+            return 2;
+        }
         kh_lua_co *c = s->app_data;
         if (c == NULL || K->current != c) {
             lua_pushboolean(L, 0);
@@ -175,14 +204,16 @@ static int l_hold(lua_State *L)
     return 1;
 }
 
-/* tunnel(s, gen) -> the tunnel protocol asked for ("websocket"), or nil */
+/* tunnel(s, gen) -> the tunnel protocol asked for ("websocket"), the HTTP major version (1, 2,
+ * 3: the handshake differs); or nil */
 static int l_tunnel(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
     if (s == NULL || !(s->flags & KH_STREAM_F_TUNNEL_REQ))
         return 0;
     lua_pushstring(L, s->tunnel_proto);
-    return 1;
+    lua_pushinteger(L, s->version_major);
+    return 2;
 }
 
 /* header(s, gen, lname) -> the value of one request header (lower-case name), or nil: for
@@ -200,12 +231,18 @@ static int l_header(lua_State *L)
 }
 
 /* malloc_in_use() -> bytes the C allocator has handed out and not taken back (glibc mallinfo2:
- * in-use chunks + mmapped blocks): for bench/streams.sh, which reports what idle streams hold
- * beside VmRSS (which also counts what the allocator keeps after a burst) */
+ * in-use chunks + mmapped blocks; under ASan, whose allocator glibc does not see, the bytes
+ * asked for: __sanitizer_get_current_allocated_bytes): for bench/streams.sh, which reports what
+ * idle streams hold beside VmRSS (which also counts what the allocator keeps after a burst), and
+ * spec/ws_memory_spec.lua */
 static int l_malloc_in_use(lua_State *L)
 {
+#ifdef KH_ASAN
+    lua_pushnumber(L, (lua_Number)__sanitizer_get_current_allocated_bytes());
+#else
     struct mallinfo2 mi = mallinfo2();
     lua_pushnumber(L, (lua_Number)(mi.uordblks + mi.hblkhd));
+#endif
     return 1;
 }
 
@@ -230,16 +267,19 @@ static void msg_dispose(kh_chan_msg *m)
     free(m);
 }
 
-/* post_send_to(worker, id, data) -> true | nil, why | false, message: k.send_to for a stream
- * of another worker (its mailbox runs the "send_to" event there) */
+/* post_send_to(worker, gen, id, data) -> true | nil, why | false, message: k.send_to for a
+ * stream of another worker, or of another instance of this one (gen: the instance whose push
+ * registry holds it, which a hot reload may have retired; its mailbox runs the "send_to" event
+ * there, kh_worker_inst_find routing by generation) */
 static int l_post_send_to(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
     int to = (int)luaL_checkinteger(L, 1);
-    lua_settop(L, 3);
+    uint32_t gen = (uint32_t)luaL_checkinteger(L, 2);
+    lua_settop(L, 4);
     kh_copybuf b = {NULL, 0, 0, K->w->limits->pool_msg_bytes};
     char err[400];
-    if (kh_lua_copy_encode(L, 2, 3, 1, &b, "argument", err, sizeof err) != 0) {
+    if (kh_lua_copy_encode(L, 3, 4, 1, &b, "argument", err, sizeof err) != 0) {
         free(b.p);
         lua_pushboolean(L, 0);
         lua_pushfstring(L, "k.send_to: %s", err);
@@ -247,9 +287,8 @@ static int l_post_send_to(lua_State *L)
     }
     kh_lua_msg *m = kh_xmalloc(sizeof *m + b.len);
     m->base.type = KH_MSG_SENDTO;
-    m->base.gen = 0; /* the current instance: a pushed stream of a retired one is not reached */
+    m->base.gen = gen;
     m->base.dispose = msg_dispose;
-    m->base.gen = 0; /* (ws branch, after main's hot reload) the current instance there: an unset gen routed the message nowhere */
     m->len = b.len;
     memcpy(m->data, b.p, b.len);
     free(b.p);

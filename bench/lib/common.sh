@@ -53,3 +53,48 @@ $body
 }
 EOF
 }
+
+# ------------------------------------------------------- the noisy-box method ---
+# (bench/lib/method.py; bench/README.md "Method"). A script's round loop:
+#   bench_rounds_init "$TMP"                      # once; ROUNDS defaults to BENCH_ROUNDS or 5
+#   while bench_round_next; do r=$BENCH_ROUND     # r counts every round run, kept or not
+#     ... every server once, in the same order (A B A B), rows tagged "round": r ...
+#     bench_round_end || true                     # discarded rounds are said and redone
+#   done
+#   bench_summary ROWS.jsonl --metric req_per_cpu --group conns --label "hello"   # table + ratio
+# Knobs: BENCH_ROUNDS (kept rounds wanted, default 5), BENCH_MAX_REDO (extra rounds allowed,
+# default = the rounds wanted), BENCH_MAX_LOAD (default cores + 1), BENCH_MAX_STEAL (0.05),
+# BENCH_SUMMARY (all.sh: the markdown file the summary rows go to).
+METHOD=bench/lib/method.py
+bench_rounds_init() { # tmpdir
+  BENCH_TMP=$1
+  BENCH_WANT=${ROUNDS:-${BENCH_ROUNDS:-5}}
+  BENCH_MAX_REDO=${BENCH_MAX_REDO:-$BENCH_WANT}
+  BENCH_ROUND=0
+  BENCH_KEPT=0
+  BENCH_DISCARDED_LOG=$BENCH_TMP/discarded.jsonl
+  : >"$BENCH_DISCARDED_LOG"
+}
+bench_round_next() { # true while another round is to run; takes the start snapshot
+  ((BENCH_KEPT < BENCH_WANT && BENCH_ROUND < BENCH_WANT + BENCH_MAX_REDO)) || return 1
+  BENCH_ROUND=$((BENCH_ROUND + 1))
+  $PY $METHOD snap "$BENCH_TMP/round.snap"
+}
+bench_round_end() { # prints kept / DISCARDED; returns 3 if discarded
+  local st=0
+  $PY $METHOD verdict "$BENCH_TMP/round.snap" --round "$BENCH_ROUND" --log "$BENCH_DISCARDED_LOG" || st=$?
+  ((st == 0)) && BENCH_KEPT=$((BENCH_KEPT + 1))
+  ((st == 0 || st == 3)) || return "$st"
+  if ((st == 3 && BENCH_ROUND >= BENCH_WANT + BENCH_MAX_REDO && BENCH_KEPT < BENCH_WANT)); then
+    echo "  (redo budget spent: $BENCH_KEPT clean round(s) of $BENCH_WANT wanted)"
+  fi
+  return "$st"
+}
+bench_summary() { # rows.jsonl summary-args...
+  local rows=$1; shift
+  $PY $METHOD summary "$rows" --discarded "$BENCH_DISCARDED_LOG" "$@"
+}
+bench_method_line() { # the header line every result file carries
+  echo "cpu:      $($PY $METHOD cpu-model)"
+  echo "method:   rounds wanted ${BENCH_WANT:-${ROUNDS:-5}} (servers alternate within each round), a round is discarded and redone (<= ${BENCH_MAX_REDO:-same} extra) if load average > ${BENCH_MAX_LOAD:-$(($(nproc) + 1))} or steal > ${BENCH_MAX_STEAL:-0.05}; medians [min..max], ratio = per-round paired ratios + bootstrap CI95; loadavg now $(cut -d' ' -f1-3 /proc/loadavg)"
+}

@@ -27,10 +27,32 @@
  *                             (its header timeout), printing "reset 0xCODE"
  *          --protocol P       extended CONNECT (RFC 9220): :method CONNECT (unless -X), :protocol
  *                             P; the -d bytes go once a 2xx came, and the stream stays open
+ *                             until the server ends it (a reset: "reset 0xCODE", exit 0)
  *          --leave-after N    once N body bytes arrived, close the connection (CONNECTION_CLOSE)
  *                             and exit 0: a client leaving an endless stream (SSE)
  *          --linger S         after the last response keep the connection open S seconds,
  *                             and say so if the server closes it meanwhile
+ *        Closing-period probes (RFC 9000 §10.2), once the connection has closed:
+ *          --replay N         send N copies of a datagram for the closed connection (the last
+ *                             one we sent when the server closed, our CONNECTION_CLOSE when we
+ *                             did) and print "replay: sent N, close K, reset R (stray S)": K
+ *                             answers were the server's CONNECTION_CLOSE datagram again, R
+ *                             stateless resets
+ *          --replay-late MS   then wait MS ms, send one more and print what came back:
+ *                             "late: close", "late: reset", "late: none"
+ *        Raw HTTP/3 (conformance specs): no request; the bytes go as they are, then wait for the
+ *        server's verdict and print it (exit 0 once one came: "the server closed the
+ *        connection (application 0xCODE)", "raw: reset stream S 0xCODE", "raw: stop-sending
+ *        stream S 0xCODE", or "raw: response stream S N bytes" when it answered):
+ *          --raw-uni HEX      open a unidirectional stream with these bytes (repeatable)
+ *          --raw-bidi HEX     open a bidirectional stream with these bytes, FIN after them
+ *          --no-h3            no HTTP/3 layer of our own (no control or QPACK streams): the
+ *                             raw streams are all the server gets
+ *          --fork N           run the whole job N times at once, each in a child process
+ *                             (with --linger: N idle connections held together, for the
+ *                             memory bench); exit 0 when every child succeeded
+ *          --first-dcid-byte B the first byte of the first Initial's DCID (khamsin's CID
+ *                             router sends it to worker B mod workers)
  * Out:   exit 0 when every response arrived complete; 1 otherwise (a message on stderr).
  * Never: verifies the server's certificate (a test tool, like curl -k). */
 #include <arpa/inet.h>
@@ -48,6 +70,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +88,10 @@ typedef struct {
     const char *protocol;
     double timeout, linger;
     long long declare_length;
+    int replay, replay_late_ms;
+    struct { uint8_t b[256]; size_t n; int bidi; } raw[8];
+    int nraw, no_h3;
+    int dcid_byte, forks;
 } opts_t;
 
 typedef struct {
@@ -85,6 +112,12 @@ typedef struct {
     int dec_failed, dec_fed; /* dec_fed: body bytes came (a HEAD, 204 or 304 has none) */
     uint64_t linger_until;
     uint64_t last_progress;
+    uint8_t last_sent[1452], close_pkt[1452];
+    size_t last_sent_len, close_pkt_len;
+    int64_t raw_sids[8];
+    size_t raw_off[8];
+    int raw_open; /* --raw-*: the handshake is done, the streams are to be opened */
+    int raw_done; /* the server's verdict on the raw streams came */
 } client_t;
 
 static opts_t O;
@@ -97,6 +130,7 @@ void *kh_xcalloc(size_t n, size_t size)
         abort();
     return p;
 }
+static int is_raw(client_t *c, int64_t sid);
 
 static uint64_t now_ns(void)
 {
@@ -269,8 +303,8 @@ static nghttp3_ssize read_body(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, s
         return NGHTTP3_ERR_WOULDBLOCK; /* a tunnel: after its 2xx, and it stays open */
     if (O.declare_length > (long long)O.body_len && c->body_sent)
         return NGHTTP3_ERR_WOULDBLOCK; /* the rest never comes */
-    if (O.declare_length <= (long long)O.body_len)
-        *flags |= NGHTTP3_DATA_FLAG_EOF;
+    if (O.declare_length <= (long long)O.body_len && !O.protocol)
+        *flags |= NGHTTP3_DATA_FLAG_EOF; /* a tunnel's input never ends by itself */
     if (c->body_sent || O.body_len == 0)
         return 0;
     c->body_sent = 1;
@@ -389,6 +423,8 @@ static int setup_h3(client_t *c)
         nghttp3_conn_bind_control_stream(c->h3, ctrl) ||
         nghttp3_conn_bind_qpack_streams(c->h3, enc, dec))
         return -1;
+    if (O.nraw)
+        return 0; /* --raw-*: no request of our own */
     return submit_request(c) < 0 ? -1 : 0;
 }
 
@@ -397,7 +433,24 @@ static int setup_h3(client_t *c)
 static int q_handshake_completed(ngtcp2_conn *qc, void *ud)
 {
     (void)qc;
-    return setup_h3(ud) == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+    client_t *c = ud;
+    if (O.nraw) {
+        c->raw_open = 1; /* run_conn sends them, outside this callback */
+        return O.no_h3 || setup_h3(c) == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+    }
+    return setup_h3(c) == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
+}
+
+static int q_stream_stop_sending(ngtcp2_conn *qc, int64_t sid, uint64_t code, void *ud, void *sud)
+{
+    (void)qc, (void)sud;
+    client_t *c = ud;
+    if (is_raw(c, sid)) {
+        printf("raw: stop-sending stream %lld 0x%llx\n", (long long)sid, (unsigned long long)code);
+        fflush(stdout);
+        c->raw_done = 1;
+    }
+    return 0;
 }
 
 static int q_recv_stream_data(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint64_t off,
@@ -405,6 +458,16 @@ static int q_recv_stream_data(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint
 {
     (void)off, (void)sud;
     client_t *c = ud;
+    if (is_raw(c, sid)) {
+        if (n) {
+            printf("raw: response stream %lld %zu bytes\n", (long long)sid, n);
+            fflush(stdout);
+            c->raw_done = 1;
+        }
+        ngtcp2_conn_extend_max_stream_offset(qc, sid, n);
+        ngtcp2_conn_extend_max_offset(qc, n);
+        return 0;
+    }
     if (!c->h3)
         return 0;
     nghttp3_ssize r = nghttp3_conn_read_stream(c->h3, sid, d, n, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
@@ -445,7 +508,13 @@ static int q_stream_reset(ngtcp2_conn *qc, int64_t sid, uint64_t fs, uint64_t co
 {
     (void)qc, (void)fs, (void)sud;
     client_t *c = ud;
-    if (O.stall_headers && sid == c->sid && c->in_flight) {
+    if (is_raw(c, sid)) {
+        printf("raw: reset stream %lld 0x%llx\n", (long long)sid, (unsigned long long)code);
+        fflush(stdout);
+        c->raw_done = 1;
+        return 0;
+    }
+    if ((O.stall_headers || O.protocol) && sid == c->sid && c->in_flight) {
         fprintf(stderr, "reset 0x%llx\n", (unsigned long long)code);
         c->complete = 1;
         finish_request(c);
@@ -469,8 +538,72 @@ static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
     return ((client_t *)ref->user_data)->qc;
 }
 
+static int send_pkt(client_t *c, const uint8_t *p, size_t n)
+{
+    if (n <= sizeof c->last_sent) {
+        memcpy(c->last_sent, p, n);
+        c->last_sent_len = n;
+    }
+    return send(c->fd, p, n, 0) < 0 && errno != EAGAIN ? -1 : 0;
+}
+
+static int is_raw(client_t *c, int64_t sid)
+{
+    for (int i = 0; i < O.nraw; i++)
+        if (c->raw_sids[i] == sid)
+            return 1;
+    return 0;
+}
+
+/* --raw-uni / --raw-bidi: open the streams; write_out sends their bytes */
+static int open_raw(client_t *c)
+{
+    for (int i = 0; i < O.nraw; i++) {
+        int64_t sid;
+        int r = O.raw[i].bidi ? ngtcp2_conn_open_bidi_stream(c->qc, &sid, NULL)
+                              : ngtcp2_conn_open_uni_stream(c->qc, &sid, NULL);
+        if (r != 0) {
+            fprintf(stderr, "kh-h3get: open stream: %s\n", ngtcp2_strerror(r));
+            return -1;
+        }
+        c->raw_sids[i] = sid;
+    }
+    return 0;
+}
+
+/* the raw streams' bytes not yet taken by ngtcp2 (it keeps them until acknowledged) */
+static int write_raw(client_t *c)
+{
+    uint8_t buf[1452];
+    ngtcp2_path_storage ps;
+    ngtcp2_path_storage_zero(&ps);
+    ngtcp2_pkt_info pi;
+    for (int i = 0; i < O.nraw; i++) {
+        while (c->raw_sids[i] >= 0 && c->raw_off[i] < O.raw[i].n) {
+            ngtcp2_vec v = {O.raw[i].b + c->raw_off[i], O.raw[i].n - c->raw_off[i]};
+            ngtcp2_ssize nd = -1;
+            ngtcp2_ssize n = ngtcp2_conn_writev_stream(
+                c->qc, &ps.path, &pi, buf, sizeof buf, &nd,
+                O.raw[i].bidi ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0, c->raw_sids[i], &v, 1, now_ns());
+            if (n < 0) {
+                fprintf(stderr, "kh-h3get: raw stream: %s\n", ngtcp2_strerror((int)n));
+                return -1;
+            }
+            if (nd > 0)
+                c->raw_off[i] += (size_t)nd;
+            if (n == 0)
+                return 0; /* blocked: later */
+            if (send_pkt(c, buf, (size_t)n) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
 static int write_out(client_t *c)
 {
+    if (O.nraw && write_raw(c) != 0)
+        return -1;
     uint8_t buf[1452];
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
@@ -485,7 +618,7 @@ static int write_out(client_t *c)
                                                    c->sid, &v, 1, ts);
         if (n > 0 && nd == (ngtcp2_ssize)sizeof partial) {
             c->raw_pending = 0;
-            if (send(c->fd, buf, (size_t)n, 0) < 0 && errno != EAGAIN)
+            if (send_pkt(c, buf, (size_t)n) != 0)
                 return -1;
         }
     }
@@ -523,7 +656,7 @@ static int write_out(client_t *c)
             nghttp3_conn_add_write_offset(c->h3, sid, (size_t)nd);
         if (n == 0)
             break;
-        if (send(c->fd, buf, (size_t)n, 0) < 0 && errno != EAGAIN)
+        if (send_pkt(c, buf, (size_t)n) != 0)
             return -1;
     }
     ngtcp2_conn_update_pkt_tx_time(c->qc, ts);
@@ -534,6 +667,8 @@ static int client_open(client_t *c)
 {
     memset(c, 0, sizeof *c);
     c->sid = -1;
+    for (int i = 0; i < 8; i++)
+        c->raw_sids[i] = -1;
     struct addrinfo hints = {0}, *ai;
     hints.ai_socktype = SOCK_DGRAM;
     if (getaddrinfo(O.host, O.port, &hints, &ai) != 0) {
@@ -572,6 +707,7 @@ static int client_open(client_t *c)
     cb.acked_stream_data_offset = q_acked;
     cb.stream_close = q_stream_close;
     cb.stream_reset = q_stream_reset;
+    cb.stream_stop_sending = q_stream_stop_sending;
     cb.extend_max_stream_data = q_extend_stream_data;
 
     ngtcp2_cid dcid, scid;
@@ -579,6 +715,8 @@ static int client_open(client_t *c)
     scid.datalen = 18;
     gnutls_rnd(GNUTLS_RND_RANDOM, dcid.data, dcid.datalen);
     gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen);
+    if (O.dcid_byte >= 0)
+        dcid.data[0] = (uint8_t)O.dcid_byte;
     ngtcp2_settings st;
     ngtcp2_settings_default(&st);
     st.initial_ts = now_ns();
@@ -612,8 +750,76 @@ static int client_open(client_t *c)
     return 0;
 }
 
+/* Waits up to ms for a datagram; returns its length (0: none). */
+static size_t recv_wait(int fd, uint8_t *buf, size_t len, int ms)
+{
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, ms) <= 0)
+        return 0;
+    ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static ngtcp2_cid_token reset_tokens[8];
+static size_t nreset_tokens;
+
+/* A reply to a replayed datagram: the server's CONNECTION_CLOSE again, a stateless reset (a
+ * short header ending in the token the server gave for one of our DCIDs), or a stray packet
+ * the server had sent before it saw the close */
+static const char *reply_kind(client_t *c, const uint8_t *b, size_t k)
+{
+    if (k == c->close_pkt_len && memcmp(b, c->close_pkt, k) == 0)
+        return "close";
+    for (size_t i = 0; !(b[0] & 0x80) && k >= 21 && i < nreset_tokens; i++)
+        if (reset_tokens[i].token_present &&
+            memcmp(b + k - NGTCP2_STATELESS_RESET_TOKENLEN, reset_tokens[i].token,
+                   NGTCP2_STATELESS_RESET_TOKENLEN) == 0)
+            return "reset";
+    return "stray";
+}
+
+/* --replay / --replay-late: what the server answers, in its closing or draining period and
+ * after, to a datagram for the closed connection (padded to 300 bytes: the server looks at the
+ * DCID only) */
+static void replay(client_t *c, const uint8_t *pkt, size_t n)
+{
+    uint8_t buf[2048], out[300] = {0};
+    memcpy(out, pkt, n < sizeof out ? n : sizeof out);
+    int closes = 0, resets = 0, strays = 0;
+    nreset_tokens = 0;
+    if (ngtcp2_conn_get_num_active_dcid(c->qc) <= 8)
+        nreset_tokens = ngtcp2_conn_get_active_dcid(c->qc, reset_tokens);
+    for (int i = 0; i < O.replay; i++) {
+        (void)send(c->fd, out, sizeof out, 0);
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    for (size_t k; (k = recv_wait(c->fd, buf, sizeof buf, 300)) > 0;) {
+        const char *kind = reply_kind(c, buf, k);
+        if (kind[0] == 'c')
+            closes++;
+        else if (kind[0] == 'r')
+            resets++;
+        else
+            strays++;
+    }
+    printf("replay: sent %d, close %d, reset %d (stray %d)\n", O.replay, closes, resets, strays);
+    if (O.replay_late_ms > 0) {
+        struct timespec ts = {O.replay_late_ms / 1000, (long)(O.replay_late_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+        while (recv_wait(c->fd, buf, sizeof buf, 0) > 0) {
+        }
+        (void)send(c->fd, out, sizeof out, 0);
+        size_t k = recv_wait(c->fd, buf, sizeof buf, 500);
+        printf("late: %s\n", k == 0 ? "none" : reply_kind(c, buf, k));
+    }
+    fflush(stdout);
+}
+
 static void client_close(client_t *c)
 {
+    if (c->qc && c->closed && O.replay > 0 && c->last_sent_len)
+        replay(c, c->last_sent, c->last_sent_len); /* the server closed */
     if (c->qc && !c->closed) {
         uint8_t buf[1452];
         ngtcp2_path_storage ps;
@@ -624,8 +830,14 @@ static void client_close(client_t *c)
         ngtcp2_connection_close_error_set_application_error(&e, NGHTTP3_H3_NO_ERROR, NULL, 0);
         ngtcp2_ssize n = ngtcp2_conn_write_connection_close(c->qc, &ps.path, &pi, buf, sizeof buf,
                                                             &e, now_ns());
-        if (n > 0)
+        if (n > 0) {
             (void)send(c->fd, buf, (size_t)n, 0);
+            if (O.replay > 0) { /* we closed: the server drains */
+                memcpy(c->close_pkt, buf, (size_t)n);
+                c->close_pkt_len = (size_t)n;
+                replay(c, buf, (size_t)n);
+            }
+        }
     }
     if (c->dec)
         kh_hd_free(c->dec);
@@ -654,6 +866,15 @@ static int run_conn(void)
     for (;;) {
         if (c.failed)
             break;
+        if (c.raw_open) {
+            c.raw_open = 0;
+            if (open_raw(&c) != 0 || write_out(&c) != 0)
+                break;
+        }
+        if (O.nraw && c.raw_done) {
+            rc = 0;
+            break;
+        }
         if (O.leave_after > 0 && c.body_bytes >= O.leave_after) {
             rc = 0;
             break; /* client_close sends CONNECTION_CLOSE */
@@ -667,7 +888,7 @@ static int run_conn(void)
             }
             c.last_progress = now_ns();
         }
-        if (c.h3 && !c.in_flight && c.done_requests < O.repeat) {
+        if (c.h3 && !O.nraw && !c.in_flight && c.done_requests < O.repeat) {
             if (submit_request(&c) < 0)
                 break;
             if (write_out(&c) != 0)
@@ -695,6 +916,10 @@ static int run_conn(void)
                 ngtcp2_pkt_info pi = {0};
                 int r = ngtcp2_conn_read_pkt(c.qc, &path, &pi, buf, (size_t)n, now_ns());
                 if (r != 0) {
+                    if (r == NGTCP2_ERR_DRAINING && (size_t)n <= sizeof c.close_pkt) {
+                        memcpy(c.close_pkt, buf, (size_t)n); /* for --replay */
+                        c.close_pkt_len = (size_t)n;
+                    }
                     if (r == NGTCP2_ERR_DRAINING || r == NGTCP2_ERR_CLOSING) {
                         ngtcp2_connection_close_error ce;
                         ngtcp2_conn_get_connection_close_error(c.qc, &ce);
@@ -728,7 +953,7 @@ static int run_conn(void)
     }
     goto out;
 out_check:
-    rc = c.done_requests == O.repeat && !c.failed ? 0 : -1;
+    rc = (O.nraw || c.done_requests == O.repeat) && !c.failed ? 0 : -1;
 out:
     client_close(&c);
     return rc;
@@ -835,6 +1060,23 @@ static int form_part(const char *arg)
     return 0;
 }
 
+/* "00 04 00" or "000400" */
+static int unhex(const char *h, uint8_t *out, size_t cap, size_t *n)
+{
+    *n = 0;
+    for (;;) {
+        while (*h == ' ')
+            h++;
+        if (!*h)
+            return 0;
+        unsigned v;
+        if (*n == cap || sscanf(h, "%2x", &v) != 1 || !h[1] || h[1] == ' ')
+            return -1;
+        out[(*n)++] = (uint8_t)v;
+        h += 2;
+    }
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: kh-h3get [-X METHOD] [-H 'Name: value']... [-d DATA|@FILE] [-D FILE] "
@@ -846,6 +1088,7 @@ int main(int argc, char **argv)
 {
     const char *url = NULL, *dump = NULL, *out = NULL;
     O.repeat = O.conns = 1;
+    O.dcid_byte = -1;
     O.timeout = 10;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -887,6 +1130,22 @@ int main(int argc, char **argv)
                 return 2;
         } else if (strcmp(a, "--compressed") == 0)
             O.compressed = 1;
+        else if (i + 1 < argc && strcmp(a, "--replay") == 0)
+            O.replay = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(a, "--replay-late") == 0)
+            O.replay_late_ms = atoi(argv[++i]);
+        else if (i + 1 < argc && O.nraw < 8 &&
+                 (strcmp(a, "--raw-uni") == 0 || strcmp(a, "--raw-bidi") == 0)) {
+            O.raw[O.nraw].bidi = strcmp(a, "--raw-bidi") == 0;
+            if (unhex(argv[++i], O.raw[O.nraw].b, sizeof O.raw[O.nraw].b, &O.raw[O.nraw].n) != 0)
+                usage();
+            O.nraw++;
+        } else if (i + 1 < argc && strcmp(a, "--first-dcid-byte") == 0)
+            O.dcid_byte = atoi(argv[++i]) & 0xff;
+        else if (i + 1 < argc && strcmp(a, "--fork") == 0)
+            O.forks = atoi(argv[++i]);
+        else if (strcmp(a, "--no-h3") == 0)
+            O.no_h3 = 1;
         else if (strcmp(a, "-w") == 0)
             O.verbose = 1;
         else if (a[0] != '-' && !url)
@@ -935,8 +1194,31 @@ int main(int argc, char **argv)
     O.authority = authority;
     O.dump = dump ? (strcmp(dump, "-") == 0 ? stdout : fopen(dump, "w")) : NULL;
     O.out = out ? (strcmp(out, "/dev/null") == 0 ? NULL : fopen(out, "wb")) : stdout;
-    gnutls_global_init();
     int failed = 0;
+    if (O.forks > 1) { /* --fork: the children do the job, the parent counts */
+        fflush(NULL);
+        for (int i = 0; i < O.forks; i++) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                O.forks = 0;
+                break;
+            }
+            if (pid < 0) {
+                perror("kh-h3get: fork");
+                failed++;
+            }
+        }
+        if (O.forks > 1) {
+            int st;
+            while (wait(&st) > 0)
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                    failed++;
+            if (failed)
+                fprintf(stderr, "kh-h3get: %d of %d processes failed\n", failed, O.forks);
+            return failed ? 1 : 0;
+        }
+    }
+    gnutls_global_init();
     for (int i = 0; i < O.conns; i++)
         if (run_conn() != 0)
             failed++;

@@ -29,9 +29,9 @@ local h1_request, h1_reader, h1_feed, h1_eof, h1_started, h1_reset = core.http_h
     core.http_h1_reset
 -- k.socket's raw functions (lua/kh_lua_socket.c): the h1 path calls them without the argument
 -- checks of khamsin/socket.lua's methods, which it would pass every time
-local c_new, c_connect, c_send, c_receive, c_settimeouts, c_setkeepalive, c_close, c_info =
+local c_new, c_connect, c_send, c_receive, c_settimeouts, c_setkeepalive, c_close, c_reused =
     core.socket_new, core.socket_connect, core.socket_send, core.socket_receive,
-    core.socket_settimeouts, core.socket_setkeepalive, core.socket_close, core.socket_info
+    core.socket_settimeouts, core.socket_setkeepalive, core.socket_close, core.socket_reused
 local decoder, decode, decode_finish = core.http_decoder, core.http_decode,
     core.http_decode_finish
 local h2_new, h2_submit, h2_recv, h2_send, h2_eof, h2_info, h2_take, h2_forget, h2_state =
@@ -64,6 +64,25 @@ local function put_reader(r)
     if nfree < 64 then
         nfree = nfree + 1
         free_readers[nfree] = r
+    end
+end
+
+-- socket objects are reused too, once their connection went back to the pool or closed: a
+-- userdata with a __gc per request costs the collector more than the request's other garbage
+local free_socks, nsocks = {}, 0
+local function get_sock()
+    if nsocks > 0 then
+        local s = free_socks[nsocks]
+        free_socks[nsocks] = nil
+        nsocks = nsocks - 1
+        return s
+    end
+    return waited(c_new())
+end
+local function put_sock(s)
+    if nsocks < 64 then
+        nsocks = nsocks + 1
+        free_socks[nsocks] = s
     end
 end
 
@@ -284,6 +303,19 @@ local function read_s(o)
     return r < left and r or left
 end
 
+-- The connection after a response: back to the pool when it can be reused, else closed; the
+-- socket object then serves another request.
+local function h1_release(sock, o, reusable, leftover)
+    if reusable and leftover == 0 then
+        c_setkeepalive(sock, o.keepalive_ms / 1000, o.pool_size)
+    else
+        c_close(sock)
+    end
+    put_sock(sock)
+end
+
+-- -> status, headers, reason, version, body (the whole body when it came with the head), nx
+-- (the body's chunk source otherwise) | nil, err, retry
 local function h1_exchange(sock, o, u)
     local body = o.body
     local req, rerr = h1_request(o.method, u.target, u.authority, o.fields, body and #body or nil)
@@ -293,17 +325,27 @@ local function h1_exchange(sock, o, u)
     end
     local t = read_s(o)
     if not t then return nil, "timeout" end
-    c_settimeouts(sock, nil, t, t)
+    -- o.rw_s: the send and read timeouts the socket has (once() set them): while the loop's
+    -- time has not moved (nothing yielded since), read_s gives the same value, and the call
+    -- would only set them again
+    if t ~= o.rw_s then
+        c_settimeouts(sock, nil, t, t)
+        o.rw_s = t
+    end
     local okw, werr = waited(c_send(sock, body and #body < 65536 and (req .. body) or req))
     if okw and body and #body >= 65536 then okw, werr = waited(c_send(sock, body)) end
     if not okw then return nil, werr, true end
     local r = get_reader(o.method == "HEAD", o.max_body)
-    local head, pending, np, done, reusable, leftover = nil, nil, 0, false, false, 0
+    local status, headers, reason, minor
+    local pending, done, reusable, leftover = "", false, false, 0
     -- reads until the head arrives (body bytes that came with it wait in pending)
-    while not head do
+    while not status do
         t = read_s(o)
         if not t then return nil, "timeout" end
-        c_settimeouts(sock, nil, nil, t)
+        if t ~= o.rw_s then
+            c_settimeouts(sock, nil, nil, t)
+            o.rw_s = false -- the send timeout is another now
+        end
         local data, err = waited(c_receive(sock, "s", READ_CHUNK))
         if not data then
             if err == "closed" then
@@ -313,22 +355,26 @@ local function h1_exchange(sock, o, u)
             end
             return nil, err
         end
-        local hd, bd, dn, ferr, ru, lo = h1_feed(r, data)
+        local st, bd, dn, ferr, ru, lo, hd, rs, mi = h1_feed(r, data)
         if ferr then return nil, ferr end
-        head = hd
-        if bd ~= "" then pending, np = bd, 1 end
-        done, reusable, leftover = dn, ru, lo
+        status, headers, reason, minor = st, hd, rs, mi
+        pending, done, reusable, leftover = bd, dn, ru, lo
     end
+    setmetatable(headers, header_mt)
+    local version = minor == 0 and "1.0" or "1.1"
+    if done then
+        -- the usual case: the whole response came with the head (no closures, no chunk source)
+        put_reader(r)
+        h1_release(sock, o, reusable, leftover)
+        return status, headers, reason, version, pending
+    end
+    local np = pending ~= "" and 1 or 0
     local finished = false
     local function finish()
         if finished then return end
         finished = true
         put_reader(r)
-        if reusable and leftover == 0 then
-            c_setkeepalive(sock, o.keepalive_ms / 1000, o.pool_size)
-        else
-            c_close(sock)
-        end
+        h1_release(sock, o, reusable, leftover)
     end
     local function fail(err)
         finished = true
@@ -362,9 +408,7 @@ local function h1_exchange(sock, o, u)
         finish()
         return nil
     end
-    if done and np == 0 then finish() end
-    return { status = head.status, reason = head.reason, headers = head.headers,
-        version = head.minor == 0 and "1.0" or "1.1" }, raw
+    return status, headers, reason, version, nil, raw
 end
 
 -- ---- HTTP/2 (over TLS, when the server picks it by ALPN) ----
@@ -480,8 +524,21 @@ end
 
 -- ---- one request on one connection (no redirects) ----
 
+-- connect options of a cleartext request (read, never changed, by socket_connect); none at
+-- all, the usual case, saves socket_connect five lookups
+local PLAIN = { [false] = nil, [true] = { deny_private = true, backlog = 0 } }
+
+local function h2_result(head, nx)
+    return head.status, header_table(head.fields), head.reason, head.version, nil, nx
+end
+
+-- -> status, headers, reason, version, body | nil, nx (see h1_exchange) | nil, err
 local function once(o, u)
-    local key = u.scheme .. "://" .. u.host .. ":" .. u.port
+    local key = u.key -- u is cached by URL: the origin's key is made once
+    if not key then
+        key = u.scheme .. "://" .. u.host .. ":" .. u.port
+        u.key = key
+    end
     if u.scheme == "https" then
         -- the TLS settings are part of the key: a connection verified against one CA file is
         -- not one to hand to a request that trusts another (or the system store)
@@ -497,7 +554,7 @@ local function once(o, u)
         local can, _, dead = h2_state(conn.sess)
         if can and not dead then
             local head, nx, retry = h2_exchange(conn, o, u, false)
-            if head then return head, nx end
+            if head then return h2_result(head, nx) end
             conn.sock:close()
             if not retry then return nil, nx end
         else
@@ -505,39 +562,46 @@ local function once(o, u)
         end
     end
     for attempt = 1, 2 do
-        local sock = waited(c_new())
-        local left = remaining_ms(o)
+        local sock = get_sock()
+        local left = o.deadline - now() -- seconds, as read_s computes them
         if left <= 0 then return nil, "timeout" end
-        left = left / 1000
         local ct = o.connect_ms and o.connect_ms / 1000 or left
         c_settimeouts(sock, ct < left and ct or left, left, left)
-        local copts = { deny_private = o.deny_private, pool_size = nil, backlog = 0 }
+        o.rw_s = left
+        local copts = PLAIN[o.deny_private]
         if u.scheme == "https" then
+            copts = { deny_private = o.deny_private, backlog = 0 }
             copts.tls = { server_name = u.host:gsub("^%[(.*)%]$", "%1"), verify = o.verify,
                 cafile = o.cafile, alpn = o.http2 and "h2,http/1.1" or "http/1.1" }
             -- h2 connections never go to k.socket's pool: a separate key keeps the two apart
             copts.pool = key .. (o.http2 and "#h2,h1" or "#h1")
         elseif o.h2c then
-            copts.pool = key -- never parked in k.socket's pool; kept apart all the same
+            -- never parked in k.socket's pool; kept apart all the same
+            copts = { deny_private = o.deny_private, backlog = 0, pool = key }
         end
         local cok, cerr = waited(c_connect(sock, u.host, u.port, copts))
         if not cok then
             c_close(sock)
             return nil, cerr
         end
-        local info = c_info(sock)
-        local reused = info.reused > 0
-        local head, nx, retry
-        if (u.scheme == "https" and info.alpn == "h2") or (u.scheme == "http" and o.h2c) then
-            head, nx, retry = h2_exchange(h2_connection(sock, key), o, u, true)
+        local nreused, alpn = c_reused(sock)
+        local reused = nreused > 0
+        if (u.scheme == "https" and alpn == "h2") or (u.scheme == "http" and o.h2c) then
+            local head, nx, retry = h2_exchange(h2_connection(sock, key), o, u, true)
+            if head then return h2_result(head, nx) end
+            c_close(sock)
+            if not (retry and reused and IDEMPOTENT[o.method]) or attempt == 2 then
+                return nil, nx
+            end
         else
-            head, nx, retry = h1_exchange(sock, o, u)
-        end
-        if head then return head, nx end
-        c_close(sock)
-        -- a pooled connection the server had closed: once more on a new one (idempotent only)
-        if not (retry and reused and IDEMPOTENT[o.method]) or attempt == 2 then
-            return nil, nx
+            -- status, headers, reason, version, body, nx | nil, err, retry
+            local st, v2, v3, v4, v5, v6 = h1_exchange(sock, o, u)
+            if st then return st, v2, v3, v4, v5, v6 end
+            c_close(sock)
+            -- a pooled connection the server had closed: once more on a new one (idempotent only)
+            if not (v3 and reused and IDEMPOTENT[o.method]) or attempt == 2 then
+                return nil, v2
+            end
         end
     end
 end
@@ -547,15 +611,16 @@ end
 local NUMERIC_OPTS = { "timeout", "connect_timeout", "read_timeout", "max_body", "redirects",
     "pool_size", "keepalive" }
 
-local function check_opts(t)
+-- t: the options; url and method as given (k.http.get passes its own, without copying t)
+local function check_opts(t, url, method)
     if type(t) ~= "table" then
         raise("k.http.request{url=, ...}: expected a table, got a " .. type(t))
     end
-    if type(t.url) ~= "string" then
-        raise("k.http.request: url must be a string, got a " .. type(t.url))
+    if type(url) ~= "string" then
+        raise("k.http.request: url must be a string, got a " .. type(url))
     end
-    if t.method ~= nil and type(t.method) ~= "string" then
-        raise("k.http.request: method must be a string, got a " .. type(t.method))
+    if method ~= nil and type(method) ~= "string" then
+        raise("k.http.request: method must be a string, got a " .. type(method))
     end
     if t.headers ~= nil and type(t.headers) ~= "table" then
         raise("k.http.request: headers must be a table, got a " .. type(t.headers))
@@ -563,10 +628,120 @@ local function check_opts(t)
     if t.body ~= nil and type(t.body) ~= "string" then
         raise("k.http.request: body must be a string, got a " .. type(t.body))
     end
-    for _, n in ipairs(NUMERIC_OPTS) do
+    for i = 1, #NUMERIC_OPTS do
+        local n = NUMERIC_OPTS[i]
         local v = t[n]
         if v ~= nil and (type(v) ~= "number" or v < 0) then
             raise("k.http.request: " .. n .. " must be a number >= 0, got " .. tostring(v))
+        end
+    end
+end
+
+-- the request's fields when the caller gave no headers (read, never changed, by the codecs)
+local DEFAULT_FIELDS = { [true] = { "User-Agent", "khamsin", "Accept-Encoding", "gzip, zstd" },
+    [false] = { "User-Agent", "khamsin" } }
+
+-- a body already read whole, as a chunk source (for stream = true and for a decoder)
+local function source_of(body)
+    return function()
+        local b = body
+        body = nil
+        if b == "" then return nil end
+        return b
+    end
+end
+
+local function request(t, url, method)
+    check_opts(t, url, method)
+    local timeout = t.timeout or LIM.http_client_timeout_ms / 1000
+    -- Every key of the constructor has a constant value, then each gets its real one (nil
+    -- included: the key's slot stays): LuaJIT then copies a template that has all the keys,
+    -- where expression values would insert them one at a time, rehashing as the table grows
+    -- (~9 rehashes per request with `o` and `res`, a fifth of k.http's instructions).
+    local o = { method = "", body = false, deadline = 0, connect_ms = false, read_ms = false,
+        send_ms = false, max_body = 0, verify = true, cafile = false, http2 = true, h2c = false,
+        deny_private = false, keepalive_ms = 0, pool_size = 0, fields = false, rw_s = false }
+    o.method = method and method:upper() or (t.body and "POST" or "GET")
+    o.body = t.body
+    o.deadline = now() + timeout
+    o.connect_ms = t.connect_timeout and t.connect_timeout * 1000
+    o.read_ms = t.read_timeout and t.read_timeout * 1000
+    o.send_ms = t.read_timeout and t.read_timeout * 1000
+    o.max_body = t.max_body and floor(t.max_body) or LIM.http_client_body_bytes
+    o.verify = t.verify ~= false
+    o.cafile = t.cafile
+    o.http2 = t.http2 ~= false
+    o.h2c = t.h2c and true or false
+    o.deny_private = t.deny_private and true or false
+    o.keepalive_ms = t.keepalive and t.keepalive * 1000 or LIM.socket_keepalive_ms
+    o.pool_size = t.pool_size and floor(t.pool_size) or LIM.socket_pool_size
+    local want_decode = t.decode ~= false
+    local redirects = t.redirects and floor(t.redirects) or LIM.http_client_redirects
+    local u, uerr = parse_url_cached(url)
+    if not u then return nil, uerr end
+    local first = u
+    for hop = 0, redirects do
+        if t.headers == nil then
+            o.fields = DEFAULT_FIELDS[want_decode]
+        else
+            local fields, seen = flat_headers(t.headers, not same_origin(u, first))
+            if not seen["user-agent"] then
+                fields[#fields + 1] = "User-Agent"
+                fields[#fields + 1] = "khamsin"
+            end
+            if want_decode and not seen["accept-encoding"] then
+                fields[#fields + 1] = "Accept-Encoding"
+                fields[#fields + 1] = "gzip, zstd"
+            end
+            o.fields = fields
+        end
+        -- headers: case-insensitive, lower-case keys; body: the whole body, or nil and nx
+        local status, headers, reason, version, body, nx = once(o, u)
+        if not status then return nil, headers end
+        local loc = rawget(headers, "location")
+        if REDIRECT[status] and loc and hop < redirects then
+            if not body then
+                local _, derr = drain(nx, o.max_body) -- the connection goes back to the pool
+                if derr then return nil, derr end
+            end
+            local nu, nerr = parse_url(resolve(u, loc))
+            if not nu then return nil, "redirect: " .. nerr end
+            if status == 303 or ((status == 301 or status == 302) and o.method == "POST") then
+                if o.method ~= "HEAD" then o.method = "GET" end
+                o.body = nil
+            end
+            u = nu
+        else
+            if REDIRECT[status] and loc and redirects > 0 then
+                if not body then drain(nx, o.max_body) end
+                return nil, "too many redirects"
+            end
+            local res = setmetatable({ status = 0, reason = "", headers = false, version = "",
+                url = "", decoded = false, body = false }, res_mt) -- constant values: see `o`
+            res.status, res.reason, res.headers, res.version, res.url = status, reason, headers,
+                version, u.url
+            res.body = nil
+            local ce = want_decode and rawget(headers, "content-encoding")
+            local dec
+            if ce and o.method ~= "HEAD" and status ~= 204 and status ~= 304 then
+                dec = decoder(ce, o.max_body)
+                if dec then res.decoded = ce end
+            end
+            if body and not dec and not t.stream then
+                if #body > o.max_body then return nil, "response body too large" end
+                res.body = body
+                return res
+            end
+            local source = nx or source_of(body)
+            if dec then source = decoding(source, dec) end
+            if t.stream then
+                res._next = source
+                return res
+            end
+            local b, berr = drain(source, o.max_body)
+            if not b then return nil, berr end
+            res.body = b
+            return res
         end
     end
 end
@@ -576,98 +751,21 @@ end
 -- pool_size=, keepalive=}
 -- -> res | nil, reason
 function M.request(t)
-    check_opts(t)
-    local timeout = t.timeout or LIM.http_client_timeout_ms / 1000
-    local o = {
-        method = t.method and t.method:upper() or (t.body and "POST" or "GET"),
-        body = t.body,
-        deadline = now() + timeout,
-        connect_ms = t.connect_timeout and t.connect_timeout * 1000,
-        read_ms = t.read_timeout and t.read_timeout * 1000,
-        send_ms = t.read_timeout and t.read_timeout * 1000,
-        max_body = t.max_body and floor(t.max_body) or LIM.http_client_body_bytes,
-        verify = t.verify ~= false,
-        cafile = t.cafile,
-        http2 = t.http2 ~= false,
-        h2c = t.h2c and true or false,
-        deny_private = t.deny_private and true or false,
-        keepalive_ms = t.keepalive and t.keepalive * 1000 or LIM.socket_keepalive_ms,
-        pool_size = t.pool_size and floor(t.pool_size) or LIM.socket_pool_size,
-    }
-    local want_decode = t.decode ~= false
-    local redirects = t.redirects and floor(t.redirects) or LIM.http_client_redirects
-    local url = t.url
-    local u, uerr = parse_url_cached(url)
-    if not u then return nil, uerr end
-    local first = u
-    for hop = 0, redirects do
-        local fields, seen = flat_headers(t.headers, not same_origin(u, first))
-        if not seen["user-agent"] then
-            fields[#fields + 1] = "User-Agent"
-            fields[#fields + 1] = "khamsin"
-        end
-        if want_decode and not seen["accept-encoding"] then
-            fields[#fields + 1] = "Accept-Encoding"
-            fields[#fields + 1] = "gzip, zstd"
-        end
-        o.fields = fields
-        local head, nx = once(o, u)
-        if not head then return nil, nx end
-        -- h1: a {lower-case name = value} map made in C; h2: the field list
-        local headers = head.headers and setmetatable(head.headers, header_mt)
-            or header_table(head.fields)
-        local loc = headers.location
-        if REDIRECT[head.status] and loc and hop < redirects then
-            local _, derr = drain(nx, o.max_body) -- the connection goes back to the pool
-            if derr then return nil, derr end
-            local nu, nerr = parse_url(resolve(u, loc))
-            if not nu then return nil, "redirect: " .. nerr end
-            if head.status == 303 or ((head.status == 301 or head.status == 302)
-                    and o.method == "POST") then
-                if o.method ~= "HEAD" then o.method = "GET" end
-                o.body = nil
-            end
-            u = nu
-        else
-            if REDIRECT[head.status] and loc and redirects > 0 then
-                drain(nx, o.max_body)
-                return nil, "too many redirects"
-            end
-            local res = setmetatable({ status = head.status, reason = head.reason,
-                headers = headers, version = head.version, url = u.url, decoded = false },
-                res_mt)
-            local source = nx
-            local ce = headers["content-encoding"]
-            if want_decode and ce and o.method ~= "HEAD" and head.status ~= 204
-                    and head.status ~= 304 then
-                local dec = decoder(ce, o.max_body)
-                if dec then
-                    source = decoding(nx, dec)
-                    res.decoded = ce
-                end
-            end
-            if t.stream then
-                res._next = source
-                return res
-            end
-            local body, berr = drain(source, o.max_body)
-            if not body then return nil, berr end
-            res.body = body
-            return res
-        end
+    if type(t) ~= "table" then
+        raise("k.http.request{url=, ...}: expected a table, got a " .. type(t))
     end
+    return request(t, t.url, t.method)
 end
+
+local NO_OPTS = {}
 
 -- k.http.get(url [, opts]) -> res | nil, reason
 function M.get(url, opts)
     if opts ~= nil and type(opts) ~= "table" then
         raise("k.http.get(url, opts): opts must be a table, got a " .. type(opts))
     end
-    local t = {}
-    if opts then for k2, v in pairs(opts) do t[k2] = v end end
-    t.url = url
-    t.method = t.method or "GET"
-    return M.request(t)
+    opts = opts or NO_OPTS
+    return request(opts, url, opts.method or "GET")
 end
 
 return M

@@ -23,6 +23,7 @@ local c_settimeouts, c_setkeepalive = core.socket_settimeouts, core.socket_setke
 local c_close, c_shutdown = core.socket_close, core.socket_shutdown
 local c_getpeername, c_setoption, c_info = core.socket_getpeername, core.socket_setoption,
     core.socket_info
+local c_readable, c_select = core.socket_readable, core.socket_select
 
 -- st is true (then the values are luasocket's), "aborted" (the request is over: raise so the
 -- handler's pcall cleanups run) or "misuse" (raised at the app's line).
@@ -194,12 +195,36 @@ local function seconds(what, v)
     return v
 end
 
--- luasocket's settimeout(seconds [, mode]): every operation (nil or < 0: no timeout). The
--- 't' mode (total) is taken as per operation.
-function methods.settimeout(s, v)
+-- socket -> {block, total} of luasocket's settimeout (seconds, -1: none)
+local tmodes = setmetatable({}, { __mode = "k" })
+
+-- luasocket's settimeout(seconds [, mode]) (nil or < 0: no timeout). Mode "b" (block, the
+-- default): how long one operation may wait; "t" (total; "r" too, as in luasocket): how long
+-- a call may take. A call here is one wait, so each call waits at most the smaller of the two.
+function methods.settimeout(s, v, mode)
     check_sock(s, "sock:settimeout")
     v = seconds("sock:settimeout(seconds)", v)
-    c_settimeouts(s, v, v, v)
+    mode = mode or "b"
+    if type(mode) ~= "string" then
+        raise("sock:settimeout(seconds, mode): mode must be \"b\" or \"t\", got a " .. type(mode))
+    end
+    local m = tmodes[s]
+    if not m then
+        m = { -1, -1 }
+        tmodes[s] = m
+    end
+    local c = mode:sub(1, 1)
+    if c == "b" then
+        m[1] = v < 0 and -1 or v
+    elseif c == "t" or c == "r" then
+        m[2] = v < 0 and -1 or v
+    else
+        raise("sock:settimeout(seconds, mode): invalid timeout mode \"" .. mode
+            .. "\" (\"b\" or \"t\")")
+    end
+    local b, t = m[1], m[2]
+    local e = b < 0 and t or (t < 0 and b or (b < t and b or t))
+    c_settimeouts(s, e, e, e)
     return 1
 end
 
@@ -298,37 +323,61 @@ function M.luasocket(opts)
         if type(sec) ~= "number" or sec < 0 then return end
         waited(core.sleep(sec))
     end
-    -- select(recvt, sendt, timeout): sockets are always writable (a send queues), so sendt
-    -- comes back whole; recvt: the sockets with input already here, else the one socket is
-    -- waited on (up to timeout). Waiting on several sockets at once is not supported (one
-    -- wait per coroutine): that raises.
+    -- select(recvt, sendt, timeout) -> readable, writable, err: luasocket's, with each list
+    -- holding its sockets both as an array and as keys (r[1] == s and r[s] == true).
+    -- Readable: input is buffered, or the peer closed (a receive answers at once). Writable:
+    -- every open socket (a send queues its bytes; it waits only while the kernel takes them).
+    -- Closed sockets and values that are not k.socket sockets are skipped, as luasocket skips
+    -- closed ones. When none is ready, the coroutine waits (never the worker) on all the
+    -- readable candidates at once, up to timeout (nil or < 0: no limit; 0: just look); err is
+    -- "timeout" when nothing became ready.
     function S.select(recvt, sendt, timeout)
+        if timeout ~= nil and type(timeout) ~= "number" then
+            raise("socket.select(recvt, sendt, timeout): timeout must be a number, got a "
+                .. type(timeout))
+        end
         local r, w = {}, {}
-        for _, s in ipairs(sendt or {}) do w[#w + 1] = s; w[s] = true end
-        local cand = {}
-        for _, s in ipairs(recvt or {}) do
-            if getmetatable(s) == SOCK_MT then
-                cand[#cand + 1] = s
-                local info = c_info(s)
-                if not info.connected or info.buffered > 0 then r[#r + 1] = s; r[s] = true end
+        if sendt then
+            for i = 1, #sendt do
+                local s = sendt[i]
+                if getmetatable(s) == SOCK_MT and c_readable(s) ~= nil and not w[s] then
+                    w[#w + 1] = s
+                    w[s] = true
+                end
+            end
+        end
+        local cand, seen = {}, {}
+        if recvt then
+            for i = 1, #recvt do
+                local s = recvt[i]
+                if getmetatable(s) == SOCK_MT and not seen[s] then
+                    seen[s] = true
+                    local st = c_readable(s)
+                    if st then
+                        r[#r + 1] = s
+                        r[s] = true
+                    elseif st == false then
+                        cand[#cand + 1] = s
+                    end
+                end
             end
         end
         if #r > 0 or #w > 0 then return r, w, nil end
+        if timeout == 0 then return r, w, "timeout" end
         if #cand == 0 then
             if timeout and timeout > 0 then S.sleep(timeout) end
             return r, w, "timeout"
         end
-        if #cand > 1 then
-            raise("socket.select: waiting on several sockets at once is not supported by "
-                .. "k.socket (one wait per coroutine)")
+        waited(c_select(timeout or -1, unpack(cand))) -- "ready" | "timeout"
+        for i = 1, #cand do
+            local s = cand[i]
+            if c_readable(s) then
+                r[#r + 1] = s
+                r[s] = true
+            end
         end
-        local s = cand[1]
-        local saved = c_info(s).read_timeout
-        if timeout and timeout >= 0 then c_settimeouts(s, nil, nil, timeout) end
-        local got, err = waited(c_receive(s, "p", 0))
-        c_settimeouts(s, nil, nil, saved)
-        if got or err ~= "timeout" then r[1] = s; r[s] = true; return r, w, nil end
-        return r, w, "timeout"
+        if #r == 0 then return r, w, "timeout" end -- st == "timeout"
+        return r, w, nil
     end
     function S.newtry(finalizer)
         return function(...)

@@ -39,10 +39,11 @@ local function close_stream(self, why)
     self._closed = why or "closed"
     open[self] = nil
     push.unregister(self.id)
-    if stream.held[self._s] == self then
-        stream.held[self._s] = nil
-        core.defer_release(self._s, self._g)
-    end
+    -- the engine's hold of a kept stream (`return sse`): the abort event (the client left)
+    -- takes it out of stream.held before this runs, so the hold is released whether or not it
+    -- is still there (defer_release checks the generation and that a hold is there)
+    if stream.held[self._s] == self then stream.held[self._s] = nil end
+    core.defer_release(self._s, self._g)
     local fns = self._on_close
     if fns then
         for i = 1, #fns do
@@ -65,7 +66,7 @@ local function put(self, payload)
     end
     if err == "full" then
         core.log(1, "sse stream " .. self.id .. ": over stream_out_cap queued: ended (slow consumer)")
-        finish_(self._s, self._g)
+        finish_(self._s, self._g, true) -- cut: h2 resets the stream, dropping what is queued
         close_stream(self, "slow consumer")
         return nil, "closed"
     end
@@ -223,8 +224,10 @@ function M.open(req, res)
     open[self] = true
     if keepalive_ms > 0 and not ticker then
         -- one timer per worker for every stream's keep-alive (a uv timer per stream would
-        -- cost more than the idle stream itself)
-        ticker = core.timer(keepalive_ms / 4000, keepalive_ms / 4000, tick)
+        -- cost more than the idle stream itself); the engine's own (internal): it goes on
+        -- after a hot reload retired this instance, which serves its streams until they end
+        -- (a client that left is found by the next keep-alive write)
+        ticker = core.timer(keepalive_ms / 4000, keepalive_ms / 4000, tick, true)
     end
     return self
 end

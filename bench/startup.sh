@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# bench/startup.sh - start-up: exec of the server -> its first answered request, cleartext and
+# with a TLS listener (issue 15 item 5), against the floor (/bin/true spawned and polled the same
+# way), plus the load-independent part: callgrind instruction counts from exec to the first
+# request reaching Lua (bench/apps/first_answer.lua exits there) and where they go.
+#
+#   bench/startup.sh                 # RUNS=20 (each run alternates floor, then every case)
+#   RUNS=5 PARTS=wall bench/startup.sh
+#
+# Cases: khamsin (cleartext, polled with GET /), khamsin-tls (--tls-cert/--tls-key, ECDSA P-256,
+# polled over TLS 1.3: a full handshake, then GET /), khamsin-ss-tls (--tls-self-signed, over TLS).
+# Env: KHAMSIN_BIN (default build-release/khamsin, built if missing) RUNS=20 PARTS="wall ir"
+#   SERVER_CORE=1 CLIENT_CORE=0 PORT=23290. Needs /usr/bin/python3, valgrind (PARTS=ir), curl.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PY=/usr/bin/python3
+. bench/lib/common.sh
+BIN=${KHAMSIN_BIN:-build-release/khamsin}
+RUNS=${RUNS:-20}
+PARTS=${PARTS:-"wall ir"}
+SERVER_CORE=${SERVER_CORE:-1}
+CLIENT_CORE=${CLIENT_CORE:-0}
+PORT=${PORT:-23290}
+if [[ ! -x $BIN ]]; then
+  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+    cmake --build build-release -j2 --target khamsin khamsin-tls >/dev/null
+fi
+STAMP=$(date +%Y%m%d-%H%M%S)
+RESULT=bench/results/startup-$STAMP.txt
+TMP=$(mktemp -d /tmp/khbench-startup.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TMP/key.pem" \
+  -out "$TMP/cert.pem" -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
+COMMON="--workers 1 --log-level warn"
+CLEAR="$BIN $COMMON --listen 127.0.0.1:PORT"
+TLS="$BIN $COMMON --listen tls://127.0.0.1:PORT --tls-cert $TMP/cert.pem --tls-key $TMP/key.pem"
+SS="$BIN $COMMON --listen tls://127.0.0.1:PORT --tls-self-signed"
+
+ir_case() { # name listen-args... -> Ir of exec -> first request in Lua; keeps the profile
+  local name=$1 out=$TMP/cg-$1.out pid i
+  shift
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" $COMMON "$@" bench/apps/first_answer.lua >"$TMP/$name.log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    curl -sk --max-time 5 -o /dev/null "$SCHEME://127.0.0.1:$PORT/" || true
+    sleep 0.1
+  done
+  wait "$pid" || true
+  awk '/^summary:|^totals:/ {print $2; exit}' "$out"
+}
+breakdown() { # profile -> the inclusive counts of the start-up's parts
+  callgrind_annotate --inclusive=yes "$1" 2>/dev/null | awk '
+    /PROGRAM TOTALS/ {gsub(",", "", $1); tot = $1}
+    { n = $1; gsub(",", "", n) }
+    /dlopen@@/ && !d++ {printf "    %-44s %12d\n", "dlopen (khamsin-tls.so, libssl, libcrypto)", n}
+    /kh_tls.c:kh_tls_ctx_new / && !c++ {printf "    %-44s %12d\n", "kh_tls_ctx_new (context, certificate, key)", n}
+    /ticket_key_new/ && !t++ {printf "    %-44s %12d\n", "  of it: first RAND_bytes (DRBG set-up)", n}
+    /:load_pair / && !l++ {printf "    %-44s %12d\n", "  of it: certificate chain + key", n}
+    /:self_signed / && !s++ {printf "    %-44s %12d\n", "  of it: self-signed P-256 key + certificate", n}
+    /SSL_CTX_new / && !x++ {printf "    %-44s %12d\n", "  of it: SSL_CTX_new", n}
+    /OPENSSL_init_ssl / && !o++ {printf "    %-44s %12d\n", "OPENSSL_init_ssl (no openssl.cnf)", n}
+    /SSL_do_handshake / && !h++ {printf "    %-44s %12d\n", "first TLS handshake (SSL_do_handshake)", n}
+    /kh_worker_load_here/ && !w++ {printf "    %-44s %12d\n", "worker 0: Lua state + app load", n}
+  '
+}
+
+{
+  echo "# khamsin bench: start-up, exec -> first answered request"
+  echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "command:  RUNS=$RUNS PARTS=\"$PARTS\" $0 $*"
+  echo "git:      $(git rev-parse --short HEAD) ($(git status --porcelain -- core lua | wc -l) uncommitted change(s) under core/ lua/); binary $BIN"
+  bench_method_line
+  echo "openssl:  $(openssl version)"
+  if [[ " $PARTS " == *" wall "* ]]; then
+    echo
+    echo "## Wall clock: exec (pinned to core $SERVER_CORE) -> first 200 'Hello, World!', polled every 0.2 ms from core $CLIENT_CORE; $RUNS runs, each alternating floor, khamsin, khamsin-tls, khamsin-ss-tls"
+    echo "   floor: /bin/true spawned the same way, its exit polled at the same cadence; -tls cases poll over TLS 1.3 (python ssl: a full handshake, then GET /)"
+    $PY bench/lib/startupbench.py --runs "$RUNS" --port "$PORT" --server-core "$SERVER_CORE" \
+      --client-core "$CLIENT_CORE" --json "$TMP/wall.jsonl" --log "$TMP/wall.log" \
+      "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua" "khamsin-ss-tls=$SS bench/apps/hello.lua"
+    echo "   (load average now $(cut -d' ' -f1-3 /proc/loadavg): on a busy box every figure, the floor too, grows; compare the '- floor' column and the instruction counts below)"
+  fi
+  if [[ " $PARTS " == *" ir "* ]]; then
+    command -v valgrind >/dev/null || { echo "PARTS=ir needs valgrind"; exit 1; }
+    echo
+    echo "## Instructions (callgrind Ir, user space, load-independent): exec -> the first request reaching Lua (bench/apps/first_answer.lua)"
+    SCHEME=http; ir_clear=$(ir_case clear --listen "127.0.0.1:$PORT")
+    SCHEME=https; ir_tls=$(ir_case tls --listen "tls://127.0.0.1:$PORT" --tls-cert "$TMP/cert.pem" --tls-key "$TMP/key.pem")
+    SCHEME=https; ir_ss=$(ir_case ss --listen "tls://127.0.0.1:$PORT" --tls-self-signed)
+    printf '  %-16s %12s Ir\n' khamsin "$ir_clear" khamsin-tls "$ir_tls" khamsin-ss-tls "$ir_ss"
+    for c in tls ss; do
+      echo "  where khamsin-$c's go (inclusive):"
+      breakdown "$TMP/cg-$c.out"
+    done
+    if [[ -n ${BENCH_SUMMARY:-} ]]; then
+      printf '| start-up | exec -> first request in Lua | instructions (lower better) | cleartext %s, TLS %s, self-signed %s | - | - | - |\n' \
+        "$ir_clear" "$ir_tls" "$ir_ss" >>"$BENCH_SUMMARY"
+    fi
+  fi
+  if [[ -n ${BENCH_SUMMARY:-} && -f $TMP/wall.jsonl ]]; then
+    $PY - "$TMP/wall.jsonl" >>"$BENCH_SUMMARY" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+med = {s: statistics.median(r["ms"] for r in rows if r["server"] == s) for s in dict.fromkeys(r["server"] for r in rows)}
+f = med["floor"]
+print("| start-up | exec -> first answer (ms, median of %d) | wall clock (lower better) | %s | floor %.2f | - | - |" % (
+    sum(1 for r in rows if r["server"] == "floor"),
+    ", ".join("%s %.2f (+%.2f)" % (s, m, m - f) for s, m in med.items() if s != "floor"), f))
+EOF
+  fi
+} 2>&1 | tee "$RESULT"
+echo "results written to $RESULT"

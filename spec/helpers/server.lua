@@ -524,6 +524,15 @@ function M.start(opts)
         kill_pid(self.pid, "KILL")
         running[self] = nil
         self.stopped = true
+        -- QUIC takes the TLS listener's port number on UDP, where another process may hold it
+        -- (the kernel picked the number for TCP): a new start picks another
+        if http3 and log:find("%(quic%): Address already in use") and (opts.quic_retries or 0) < 3 then
+            rmtempdir(dir)
+            local again = {}
+            for k, v in pairs(opts) do again[k] = v end
+            again.quic_retries = (opts.quic_retries or 0) + 1
+            return M.start(again)
+        end
         error(string.format("khamsin did not report %d listening line(s) (%s); argv: %s\n--- log:\n%s",
             want, code and ("exited with code " .. code) or "timed out", table.concat(args, " "), log), 2)
     end

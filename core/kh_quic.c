@@ -825,10 +825,10 @@ static void *mem_alloc(size_t n, int zero)
     size_t total = n + KH_QUIC_HDR;
     if (total < n)
         return NULL;
-    if (n >= KH_QUIC_MMAP_MIN) {
+    h = MAP_FAILED;
+    if (n >= KH_QUIC_MMAP_MIN) /* (out of mappings, vm.max_map_count: malloc after all) */
         h = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (h == MAP_FAILED)
-            return NULL;
+    if (h != MAP_FAILED) {
         h->mapped = 1;
     } else {
         h = zero ? calloc(1, total) : malloc(total);

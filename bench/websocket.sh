@@ -8,6 +8,10 @@
 #      stime of the server process from /proc), khamsin and nginx alternating, ROUNDS rounds,
 #      median and spread, and the ratio;
 #   3. one k.publish to BCAST_N sockets: time from the publish request to the last delivery.
+# For khamsin the idle part also prints, per socket, the C heap in use (glibc mallinfo2) and the
+# Lua heap, each after a full Lua GC (GET /gc of bench/apps/websocket.lua): what the idle
+# sockets themselves hold, beside VmRSS (which also keeps the allocators' high-water marks).
+# PARTS ("idle echo broadcast") picks the parts.
 # Server pinned to SERVER_CORE, clients to CLIENT_CORE (taskset). The box is shared with other
 # jobs: absolute figures move, ratios measured in the same run hold better.
 #
@@ -27,6 +31,7 @@ ECHO_CONNS=${ECHO_CONNS:-16}
 ECHO_SECONDS=${ECHO_SECONDS:-8}
 WINDOW=${WINDOW:-64}
 ROUNDS=${ROUNDS:-3}
+PARTS=${PARTS:-"idle echo broadcast"}
 BCAST_N=${BCAST_N:-10000}
 SERVER_CORE=${SERVER_CORE:-1}
 CLIENT_CORE=${CLIENT_CORE:-0}
@@ -129,11 +134,14 @@ idle() {
   }
   waitready 1 || true
   sleep 1
+  local g0="0 0" g1="0 0"
+  [[ $srv == khamsin ]] && g0=$(curl -s --max-time 10 "http://127.0.0.1:$PORT/gc")
   r0=$(rss_kb "$MEASURE")
   k0=$(awk '/ready/ {print $2; exit}' "$TMP/idle.out")
   echo go >&7
   waitready 2 || true
   sleep 2
+  [[ $srv == khamsin ]] && g1=$(curl -s --max-time 10 "http://127.0.0.1:$PORT/gc")
   r1=$(rss_kb "$MEASURE")
   got=$(awk '/ready/ {n = $2} END {print n}' "$TMP/idle.out")
   exec 7>&-
@@ -141,7 +149,11 @@ idle() {
   rm -f "$TMP/hold"
   stop_server
   if [[ -z $got || -z $k0 || $got == "$k0" ]]; then say "  $srv $mode: client failed: $(tail -2 "$TMP/idle.out")"; return; fi
-  say "  $srv $mode: $got sockets; RSS $r0 KiB at $k0 sockets -> $r1 KiB at $got: $(( (r1 - r0) * 1024 / (got - k0) )) bytes per idle WebSocket"
+  local heaps="" l0 m0 l1 m1
+  read -r l0 m0 <<<"$g0"
+  read -r l1 m1 <<<"$g1"
+  [[ $srv == khamsin ]] && heaps=" (C heap $(( (m1 - m0) / (got - k0) )) + Lua heap $(( (l1 - l0) / (got - k0) )))"
+  say "  $srv $mode: $got sockets; RSS $r0 KiB at $k0 sockets -> $r1 KiB at $got: $(( (r1 - r0) * 1024 / (got - k0) )) bytes per idle WebSocket$heaps"
 }
 
 echo_round() { # SERVER -> messages per server CPU-second
@@ -164,12 +176,15 @@ say "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD)); nginx $(nginx -v 2
 say "# host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start (shared with other jobs)"
 say "# server on core $SERVER_CORE, clients on core $CLIENT_CORE"
 say ""
+if [[ " $PARTS " == *" idle "* ]]; then
 say "1. memory per idle WebSocket (RSS growth / sockets)"
 idle khamsin h1 "$IDLE_N" /echo
 idle nginx h1 "$IDLE_N" /echo
 idle khamsin tls "$IDLE_N_TLS" /echo
 idle khamsin h2 "$IDLE_N_H2" /echo
 say ""
+fi
+if [[ " $PARTS " == *" echo "* ]]; then
 say "2. echo, 64-byte text, $ECHO_CONNS connections x $WINDOW in flight, $ECHO_SECONDS s windows"
 declare -a K N
 for r in $(seq 1 "$ROUNDS"); do
@@ -183,7 +198,10 @@ med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2
 say "  median: khamsin $(stats "${K[@]}"), nginx+lua $(stats "${N[@]}")"
 say "  ratio khamsin / nginx+lua (medians): $(awk -v a="$(med "${K[@]}")" -v b="$(med "${N[@]}")" 'BEGIN {printf "%.2f", a / b}')"
 say ""
+fi
+if [[ " $PARTS " == *" broadcast "* ]]; then
 say "3. one k.publish to $BCAST_N sockets (64 bytes): seconds to the last delivery, 3 publishes"
 start_khamsin
 say "  $(taskset -c "$CLIENT_CORE" $PY $W broadcast "$PORT" "$BCAST_N" 3)"
 stop_server
+fi

@@ -642,22 +642,6 @@ static char *put(char *o, const char *s, size_t n)
 
 #define PUT_LIT(o, lit) put((o), (lit), sizeof(lit) - 1)
 
-/* Decimal without printf: the status line and Content-Length are written for every response
- * (bench/callgrind.sh: snprintf was ~1,100 of ~8,000 instructions per hello-world request;
- * ~6,300 in all since). */
-static char *put_u64(char *o, uint64_t v)
-{
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *o++ = tmp[--n];
-    return o;
-}
-
 static int h1_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int64_t clen)
 {
     kh_conn *c = s->proto;
@@ -692,7 +676,7 @@ static int h1_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
     char *start = o;
     const char *reason = kh_status_reason(status);
     o = PUT_LIT(o, "HTTP/1.1 ");
-    o = put_u64(o, (uint64_t)status);
+    o = kh_put_u64(o, (uint64_t)status);
     *o++ = ' ';
     o = put(o, reason, strlen(reason));
     o = PUT_LIT(o, "\r\n");
@@ -718,7 +702,7 @@ static int h1_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
     if (!bodyless) {
         if (clen >= 0) {
             o = PUT_LIT(o, "Content-Length: ");
-            o = put_u64(o, (uint64_t)clen);
+            o = kh_put_u64(o, (uint64_t)clen);
             o = PUT_LIT(o, "\r\n");
         } else if (hs->resp_chunked) {
             o = PUT_LIT(o, "Transfer-Encoding: chunked\r\n");

@@ -57,6 +57,8 @@
     X(multipart_part_bytes, 8388608, 1, 1099511627776ULL, "max bytes of one multipart part (400)") \
     X(h3_max_streams, 100, 1, 10000, "HTTP/3 request streams a peer may open at once (QUIC initial_max_streams_bidi)") \
     X(h3_retry_above, 1000, 0, 10000000, "connections open on a worker above which a new QUIC client must first prove its address with a Retry (0: always)") \
+    X(h3_gso, 1, 0, 1, "1: send several QUIC packets of a connection in one sendmsg (UDP_SEGMENT) where the kernel can") \
+    X(h3_recv_batch, 10, 1, 20, "QUIC datagrams read per recvmmsg call (1: one recvmsg each)") \
     X(outbound_sockets, 1024, 1, 1000000, "open outbound sockets (k.socket) per worker, idle pooled ones included (then the oldest idle one closes, or connect fails)") \
     X(outbound_pool, 256, 0, 1000000, "idle keep-alive outbound sockets per worker (then the oldest closes)") \
     X(socket_pool_size, 30, 1, 100000, "default pool size per host and port for sock:setkeepalive()") \

@@ -2,15 +2,18 @@
  * table and its QUIC connections (with kh_quic_crypto.c, the only files that know the 0.12
  * API; kh_h3.c speaks to this file through kh_quic.h).
  * Owns:  per worker an endpoint (w->quic): one uv_udp_t per TLS listener on the fd main bound
- *        (cfg->listens[i].udp_fds[w->id]), a 640 KiB receive buffer (recvmmsg batches of 10;
- *        the answers leave at the flush pass after the whole batch), the CID table; per
- *        connection the ngtcp2_conn, its TLS session (until the handshake is complete:
- *        drop_tls), its kh_h3, a kh_dtimer and its CIDs.
+ *        (cfg->listens[i].udp_fds[w->id]), a receive buffer of h3_recv_batch x 64 KiB (recvmmsg
+ *        batches; the answers leave at the flush pass after the whole batch), a 57 KiB send
+ *        buffer, the CID table; per connection the ngtcp2_conn, its TLS session (until the
+ *        handshake is complete: drop_tls), its kh_h3, a kh_dtimer and its CIDs.
  * Memory: ngtcp2 and nghttp3 allocate through kh_quic_malloc & co., which mmap blocks of 6 KiB
  *        and more (the libraries' per-connection pools), so untouched pool pages are free.
  * In:    datagrams; the worker's flush pass (kh_wconn.flush), its variable-deadline timer
  *        (ngtcp2_conn_get_expiry and kh_h3's application timeouts), its stop walks.
- * Out:   datagrams (one sendmsg each: no GSO yet); stream data to kh_h3; CONNECTION_CLOSE.
+ * Out:   datagrams: a write pass (write_out) collects a connection's packets and sends runs of
+ *        same-size ones with one sendmsg and UDP_SEGMENT (GSO; h3_gso, probed with getsockopt at
+ *        open, off for the worker after EIO/EINVAL), else one sendmsg each, straight on the fd;
+ *        stream data to kh_h3; CONNECTION_CLOSE.
  * Retry: above h3_retry_above connections on the worker, a new client gets a Retry first (its
  *        token sealed with the secret the workers share, so any worker can check it).
  * Never: frees a connection inside an ngtcp2 or nghttp3 callback (closing is flagged and done
@@ -35,6 +38,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,8 +58,15 @@
 #define MAX_UDP 1452 /* a payload that fits a 1500-byte MTU with IPv6 */
 #define H3_NO_ERROR 0x100
 /* The receive buffer: libuv 1.44 reads a batch with recvmmsg(2) only when the buffer holds at
- * least two 64 KiB datagrams (batch = size / 64 KiB, at most 20): 10 per syscall here. */
-#define RBUF_SIZE (10 * 65536)
+ * least two 64 KiB datagrams (batch = size / 64 KiB, at most 20): h3_recv_batch per syscall. */
+#define RBUF_DGRAM 65536
+/* GSO (UDP_SEGMENT): one sendmsg carries up to GSO_MAX packets of one connection, all of the
+ * first one's size but the last, which may be shorter; 64 KiB in all at most (a UDP length). */
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#define GSO_MAX 40
+#define SBUF_SIZE (GSO_MAX * MAX_UDP)
 
 struct kh_h3_ctx {
     kh_quic_creds *creds;
@@ -84,6 +96,9 @@ typedef struct quic_ep {
     int nsocks;
     int open_socks;
     char *rbuf;
+    size_t rbuf_size;
+    uint8_t *sbuf; /* the packets of one write pass, SBUF_SIZE */
+    int gso;       /* 1: UDP_SEGMENT works here (h3_gso, probed at open; off after EIO/EINVAL) */
     cid_entry **buckets;
     size_t nbuckets, ncids;
     struct kh_quic_conn *closed; /* connections in their closing or draining period */
@@ -247,12 +262,67 @@ static void conn_free(kh_quic_conn *q)
     free(q);
 }
 
+static socklen_t sa_len(const struct sockaddr *sa)
+{
+    return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+/* One sendmsg on the socket's fd (libuv's send queue stays empty: we never queue there). A
+ * datagram the kernel cannot take now (EAGAIN) is dropped: QUIC recovers it as a loss. */
+static int send_msg(quic_sock *s, const struct sockaddr *to, const uint8_t *p, size_t n,
+                    size_t seg)
+{
+    struct iovec iov = {(void *)p, n};
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } cm;
+    struct msghdr m = {.msg_name = (void *)to, .msg_namelen = sa_len(to), .msg_iov = &iov,
+                       .msg_iovlen = 1};
+    if (seg) {
+        memset(&cm, 0, sizeof cm);
+        m.msg_control = cm.buf;
+        m.msg_controllen = sizeof cm.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t v = (uint16_t)seg;
+        memcpy(CMSG_DATA(c), &v, sizeof v);
+    }
+    ssize_t r;
+    do
+        r = sendmsg(s->fd, &m, 0);
+    while (r < 0 && errno == EINTR);
+    return r < 0 ? -errno : 0;
+}
+
 static void send_to(quic_sock *s, const struct sockaddr *to, const uint8_t *p, size_t n)
 {
-    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
-    int r = uv_udp_try_send(&s->udp, &b, 1, to);
-    if (r < 0 && r != UV_EAGAIN)
-        KH_LOG_DEBUG("quic: send: %s", uv_strerror(r));
+    int r = send_msg(s, to, p, n, 0);
+    if (r < 0 && r != -EAGAIN)
+        KH_LOG_DEBUG("quic: send: %s", strerror(-r));
+}
+
+/* n bytes of packets of seg bytes each (the last may be shorter) to one address: one sendmsg
+ * with UDP_SEGMENT when there are several and GSO works, else one sendmsg each. A kernel or
+ * device that refuses GSO (EIO: no checksum offload; EINVAL) turns it off for the worker and
+ * the batch leaves packet by packet. */
+static void send_batch(quic_sock *s, const struct sockaddr *to, const uint8_t *p, size_t n,
+                       size_t seg)
+{
+    if (n > seg && s->ep->gso) {
+        int r = send_msg(s, to, p, n, seg);
+        if (r != -EIO && r != -EINVAL) {
+            if (r < 0 && r != -EAGAIN)
+                KH_LOG_DEBUG("quic: send: %s", strerror(-r));
+            return;
+        }
+        KH_LOG_INFO("quic: UDP_SEGMENT refused (%s): GSO off on this worker", strerror(-r));
+        s->ep->gso = 0;
+    }
+    for (size_t off = 0; off < n; off += seg)
+        send_to(s, to, p + off, n - off < seg ? n - off : seg);
 }
 
 /* The closing (pkt: the CONNECTION_CLOSE datagram just sent) or draining (pkt NULL: the peer
@@ -383,12 +453,20 @@ static int write_out(kh_quic_conn *q)
         close_app(q, q->app_error);
         return 1;
     }
-    uint8_t buf[MAX_UDP];
+    /* Packets collect in ep->sbuf while they go to one address and each is no larger than the
+     * first (the segment size); a shorter one ends the batch, as does a full sbuf. */
+    quic_ep *ep = q->ep;
+    uint8_t *sbuf = ep->sbuf;
+    /* (ngtcp2 keeps packets to the path's size by itself; only a PMTUD probe uses all of
+     * MAX_UDP) */
+    size_t maxpkts = ep->gso ? GSO_MAX : 1, npkts = 0, off = 0, seg = 0;
+    struct sockaddr_storage to = {0};
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
     ngtcp2_pkt_info pi;
     uint64_t ts = now_ts();
     for (int guard = 0; guard < 4096; guard++) {
+        uint8_t *buf = sbuf + off;
         int64_t sid = -1;
         int fin = 0;
         kh_iov vec[16];
@@ -400,7 +478,7 @@ static int write_out(kh_quic_conn *q)
         }
         uint32_t fl = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
         ngtcp2_ssize ndatalen = -1;
-        ngtcp2_ssize n = ngtcp2_conn_writev_stream(q->qc, &ps.path, &pi, buf, sizeof buf,
+        ngtcp2_ssize n = ngtcp2_conn_writev_stream(q->qc, &ps.path, &pi, buf, MAX_UDP,
                                                    &ndatalen, fl, sid, (const ngtcp2_vec *)vec,
                                                    (size_t)nvec, ts);
         if (n < 0) {
@@ -423,8 +501,26 @@ static int write_out(kh_quic_conn *q)
             return handle_error(q, NGTCP2_ERR_CALLBACK_FAILURE);
         if (n == 0)
             break;
-        send_to(q->sock, ps.path.remote.addr, buf, (size_t)n);
+        const struct sockaddr *ra = ps.path.remote.addr;
+        if (npkts && ((size_t)n > seg || ps.path.remote.addrlen != sa_len((struct sockaddr *)&to) ||
+                      memcmp(ra, &to, ps.path.remote.addrlen) != 0)) {
+            /* it cannot join the batch: the batch leaves, the packet starts the next */
+            send_batch(q->sock, (struct sockaddr *)&to, sbuf, off, seg);
+            memmove(sbuf, buf, (size_t)n);
+            npkts = off = 0;
+        }
+        if (npkts++ == 0) {
+            seg = (size_t)n;
+            memcpy(&to, ra, ps.path.remote.addrlen);
+        }
+        off += (size_t)n;
+        if ((size_t)n < seg || npkts == maxpkts || off + MAX_UDP > SBUF_SIZE) {
+            send_batch(q->sock, (struct sockaddr *)&to, sbuf, off, seg);
+            npkts = off = 0;
+        }
     }
+    if (npkts)
+        send_batch(q->sock, (struct sockaddr *)&to, sbuf, off, seg);
     ngtcp2_conn_update_pkt_tx_time(q->qc, ts);
     if (q->h3)
         kh_h3_after_write(q->h3); /* apps waiting for drain; what they queue goes next pass */
@@ -892,7 +988,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *b)
 {
     quic_sock *s = h->data;
     b->base = s->ep->rbuf;
-    b->len = RBUF_SIZE;
+    b->len = s->ep->rbuf_size;
 }
 
 static void send_vn(quic_sock *s, const ngtcp2_version_cid *vc, const struct sockaddr *to)
@@ -1053,6 +1149,7 @@ static void ep_free(quic_ep *ep)
 {
     free(ep->socks);
     free(ep->rbuf);
+    free(ep->sbuf);
     free(ep->buckets);
     free(ep);
 }
@@ -1091,7 +1188,10 @@ int kh_quic_worker_open(kh_worker *w, kh_h3_ctx *ctx, char *err, size_t errlen)
     quic_ep *ep = kh_xcalloc(1, sizeof *ep);
     ep->w = w;
     ep->ctx = ctx;
-    ep->rbuf = kh_xmalloc(RBUF_SIZE);
+    ep->rbuf_size = (size_t)w->limits->h3_recv_batch * RBUF_DGRAM;
+    ep->rbuf = kh_xmalloc(ep->rbuf_size);
+    ep->sbuf = kh_xmalloc(SBUF_SIZE);
+    ep->gso = w->limits->h3_gso != 0;
     ep->socks = kh_xcalloc((size_t)cfg->num_listens, sizeof *ep->socks);
     ep->nsocks = cfg->num_listens;
     w->quic = ep;
@@ -1121,6 +1221,16 @@ int kh_quic_worker_open(kh_worker *w, kh_h3_ctx *ctx, char *err, size_t errlen)
             int len = (int)sizeof s->local;
             r = uv_udp_getsockname(&s->udp, (struct sockaddr *)&s->local, &len);
             s->locallen = (socklen_t)len;
+        }
+        if (r == 0 && ep->gso) {
+            /* the kernel knows UDP_SEGMENT (4.18+) when it answers for the option */
+            int v = 0;
+            socklen_t vl = sizeof v;
+            if (getsockopt(fd, SOL_UDP, UDP_SEGMENT, &v, &vl) != 0) {
+                KH_LOG_INFO("quic: no UDP_SEGMENT here (%s): one sendmsg per packet",
+                            strerror(errno));
+                ep->gso = 0;
+            }
         }
         if (r == 0)
             r = uv_udp_recv_start(&s->udp, alloc_cb, on_recv);

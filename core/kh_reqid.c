@@ -31,20 +31,6 @@ int kh_reqid_sane(const char *v, size_t len)
     return 1;
 }
 
-/* n in decimal at out; returns the digits written */
-static size_t put_dec(char *out, uint64_t n)
-{
-    char tmp[24];
-    size_t k = 0;
-    do {
-        tmp[k++] = (char)('0' + n % 10);
-        n /= 10;
-    } while (n);
-    for (size_t i = 0; i < k; i++)
-        out[i] = tmp[k - 1 - i];
-    return k;
-}
-
 size_t kh_reqid(const kh_stream *s, char *out)
 {
     const kh_header *h = kh_stream_header(s, "x-request-id", 12);
@@ -56,8 +42,8 @@ size_t kh_reqid(const kh_stream *s, char *out)
     memcpy(out, prefix, 8);
     size_t n = 8;
     out[n++] = '-';
-    n += put_dec(out + n, (uint64_t)(s->worker ? s->worker->id : 0));
+    n = (size_t)(kh_put_u64(out + n, (uint64_t)(s->worker ? s->worker->id : 0)) - out);
     out[n++] = '-';
-    n += put_dec(out + n, s->id);
+    n = (size_t)(kh_put_u64(out + n, s->id) - out);
     return n;
 }

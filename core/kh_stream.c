@@ -802,8 +802,8 @@ void kh_stream_head_build(kh_head_buf *b, const kh_stream *s, int status, const 
     b->f = n + 4 <= KH_HEAD_LOCAL ? b->f_local : kh_xmalloc((n + 4) * sizeof *b->f);
     b->lower = names <= sizeof b->lower_local ? b->lower_local : kh_xmalloc(names);
     size_t k = 0, at = 0;
-    int stlen = snprintf(b->st, sizeof b->st, "%d", status);
-    b->f[k++] = (kh_header){KH_STR_LIT(":status"), {b->st, (size_t)stlen}};
+    size_t stlen = (size_t)(kh_put_u64(b->st, (uint64_t)(status > 0 ? status : 0)) - b->st);
+    b->f[k++] = (kh_header){KH_STR_LIT(":status"), {b->st, stlen}};
     if (!has_server)
         b->f[k++] = (kh_header){KH_STR_LIT("server"), KH_STR_LIT("khamsin")};
     if (!has_date)
@@ -824,8 +824,8 @@ void kh_stream_head_build(kh_head_buf *b, const kh_stream *s, int status, const 
     /* RFC 9110 §15.3.5 / §15.4.5: 204 and 304 have no content */
     int bodyless = status == 204 || status == 304;
     if (!bodyless && clen >= 0) {
-        int cll = snprintf(b->cl, sizeof b->cl, "%lld", (long long)clen);
-        b->f[k++] = (kh_header){KH_STR_LIT("content-length"), {b->cl, (size_t)cll}};
+        size_t cll = (size_t)(kh_put_u64(b->cl, (uint64_t)clen) - b->cl);
+        b->f[k++] = (kh_header){KH_STR_LIT("content-length"), {b->cl, cll}};
     }
     b->no_data = bodyless || clen == 0 || (s->flags & KH_STREAM_F_HEAD_METHOD);
     b->n = k;

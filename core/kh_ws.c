@@ -241,11 +241,18 @@ void kh_ws_conn_init(kh_ws_conn *w, uint64_t max_message, uint64_t max_frame, in
     w->max_message = max_message;
 }
 
-void kh_ws_conn_free(kh_ws_conn *w)
+static void msg_free(kh_ws_conn *w)
 {
     free(w->msg);
     w->msg = NULL;
     w->msg_len = w->msg_cap = 0;
+}
+
+void kh_ws_conn_free(kh_ws_conn *w)
+{
+    msg_free(w);
+    free(w->ctl);
+    w->ctl = NULL;
 }
 
 static void send_frame(kh_ws_conn *w, int op, const uint8_t *p, size_t n)
@@ -295,29 +302,30 @@ void kh_ws_conn_close(kh_ws_conn *w, unsigned code, const char *reason, size_t n
     send_close(w, code, (const uint8_t *)reason, n);
 }
 
-/* A whole control frame is in w->ctl. Returns KH_WS_OK or KH_WS_CLOSED. */
-static int control(kh_ws_conn *w, int op)
+/* A whole control frame's payload p[0..n) (the input's, or w->ctl). Returns KH_WS_OK or
+ * KH_WS_CLOSED. */
+static int control(kh_ws_conn *w, int op, const uint8_t *p, size_t n)
 {
     if (op == KH_WS_OP_PING) {
         if (!w->close_sent)
-            send_frame(w, KH_WS_OP_PONG, w->ctl, w->ctl_len); /* §5.5.3: same payload */
+            send_frame(w, KH_WS_OP_PONG, p, n); /* §5.5.3: same payload */
         return KH_WS_OK;
     }
     if (op == KH_WS_OP_PONG) {
         if (w->cb->pong)
-            w->cb->pong(w->ud, w->ctl, w->ctl_len);
+            w->cb->pong(w->ud, p, n);
         return KH_WS_OK;
     }
     /* close */
     unsigned code = KH_WS_CLOSE_NO_STATUS;
-    if (w->ctl_len == 1)
+    if (n == 1)
         return fail(w, KH_WS_CLOSE_PROTOCOL);
-    if (w->ctl_len >= 2) {
-        code = (unsigned)w->ctl[0] << 8 | w->ctl[1];
+    if (n >= 2) {
+        code = (unsigned)p[0] << 8 | p[1];
         if (!kh_ws_close_code_ok(code))
             return fail(w, KH_WS_CLOSE_PROTOCOL);
         uint32_t u = 0;
-        if (kh_ws_utf8(&u, w->ctl + 2, w->ctl_len - 2u) < 0 || u)
+        if (kh_ws_utf8(&u, p + 2, n - 2u) < 0 || u)
             return fail(w, KH_WS_CLOSE_INVALID_DATA);
     }
     w->close_received = 1;
@@ -378,7 +386,7 @@ static int deliver(kh_ws_conn *w, const uint8_t *p, size_t n)
     w->msg_op = 0;
     r = w->cb->message(w->ud, binary, p, n);
     free(inflated);
-    kh_ws_conn_free(w);
+    msg_free(w);
     return r ? 1 : 0;
 }
 
@@ -401,11 +409,29 @@ int kh_ws_conn_feed(kh_ws_conn *w, uint8_t *buf, size_t n, size_t *used)
             return fail(w, (unsigned)-r);
         }
         if (c.opcode >= 0x8) {
-            if (c.frame_first)
-                w->ctl_len = 0;
-            memcpy(w->ctl + w->ctl_len, c.data, c.len);
-            w->ctl_len = (uint8_t)(w->ctl_len + c.len);
-            if (c.frame_end && control(w, c.opcode) == KH_WS_CLOSED) {
+            int st = KH_WS_OK;
+            if (c.frame_first && c.frame_end) { /* whole in this input: no copy */
+                st = control(w, c.opcode, c.data, c.len);
+            } else {
+                if (c.frame_first)
+                    w->ctl_len = 0;
+                if (w->ctl == NULL && (w->ctl = malloc(125)) == NULL) {
+                    *used = n;
+                    return fail(w, KH_WS_CLOSE_INTERNAL);
+                }
+                memcpy(w->ctl + w->ctl_len, c.data, c.len);
+                w->ctl_len = (uint8_t)(w->ctl_len + c.len);
+                if (c.frame_end) {
+                    /* control() may free w->ctl (close): it reads a copy on the stack */
+                    uint8_t b[125];
+                    size_t len = w->ctl_len;
+                    memcpy(b, w->ctl, len);
+                    free(w->ctl);
+                    w->ctl = NULL;
+                    st = control(w, c.opcode, b, len);
+                }
+            }
+            if (st == KH_WS_CLOSED) {
                 *used = n;
                 return KH_WS_CLOSED;
             }

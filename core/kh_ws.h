@@ -6,7 +6,9 @@
  * transport is whatever carries the tunnel (a kh_stream).
  * Owns:  a session's message buffer (malloc, at most max_message bytes, freed after each message;
  *        a message that arrives whole in one unfragmented, uncompressed frame is delivered from the
- *        input itself, with no copy) and a 125-byte control-frame buffer.
+ *        input itself, with no copy) and a 125-byte control-frame buffer, malloc'd only while a
+ *        control frame split across inputs is assembled (a whole one is read from the input):
+ *        an idle session holds no buffer (memory per idle WebSocket, bench/README.md).
  * In:    kh_ws_conn_feed(bytes): the caller's buffer, unmasked in place and consumed by offset
  *        (no memmove per frame); partial frames are kept as parser state, never as bytes.
  * Out:   kh_ws_cbs callbacks: message, send (one frame: header + payload, to be copied), pong.
@@ -118,7 +120,7 @@ typedef struct kh_ws_conn {
     uint8_t ctl_len;
     uint8_t close_sent, close_received, closed;
     uint16_t close_code;  /* the peer's code (1005 when none), or the code we failed with */
-    uint8_t ctl[125];
+    uint8_t *ctl;         /* 125 bytes while a split control frame is assembled, else NULL */
 } kh_ws_conn;
 
 void kh_ws_conn_init(kh_ws_conn *w, uint64_t max_message, uint64_t max_frame, int deflate,
@@ -133,7 +135,7 @@ int kh_ws_conn_feed(kh_ws_conn *w, uint8_t *buf, size_t n, size_t *used);
  * (cut to 123 bytes on a UTF-8 boundary). Data frames that still arrive are dropped; the
  * session reports KH_WS_CLOSED when the peer's close frame comes back. No-op once sent. */
 void kh_ws_conn_close(kh_ws_conn *w, unsigned code, const char *reason, size_t n);
-/* Frees the message buffer. */
+/* Frees the message and control buffers. */
 void kh_ws_conn_free(kh_ws_conn *w);
 
 #endif

@@ -23,7 +23,10 @@
 
 /* What a yielded coroutine waits for: its single wait slot (style.md §4). */
 enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3, KH_WAIT_FS = 4,
-       KH_WAIT_SOCKET = 5, KH_WAIT_DRAIN = 6 };
+       KH_WAIT_SOCKET = 5, KH_WAIT_DRAIN = 6,
+       /* s->app_wait only, never a coroutine's: a held tunnel (a WebSocket between messages)
+        * with no coroutine; its next input spawns one (kh__lua_on_body, "tunnel" event) */
+       KH_WAIT_TUNNEL = 7 };
 
 /* Mailbox message types (kh_chan_msg.type). */
 enum { KH_MSG_JOB = 1, KH_MSG_PUBLISH = 2, KH_MSG_RESOLVE = 3, KH_MSG_SENDTO = 4 };

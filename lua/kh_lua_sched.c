@@ -2,6 +2,9 @@
  * Owns:  the worker's free list of finished coroutines, the list of those in use, the ready list,
  *        the resume/finish path, slice timing.
  * In:    dispatch / on_body / on_abort / on_message from core; wakes from timers and the pool.
+ *        A held tunnel (a WebSocket between messages: core.defer_hold + core.stream_hold) keeps
+ *        no coroutine: s->app_wait is KH_WAIT_TUNNEL while none runs for it, and on_body then
+ *        starts one that owns the stream for the "tunnel" event (tunnel_wake).
  * Out:   lua_resume (only kh__lua_resume calls it); stream refs released when a coroutine ends;
  *        500 replies for errors that escape the Lua runner.
  * Never: nests lua_resume calls: a wake that happens inside a slice (a request that answers or
@@ -177,13 +180,21 @@ void kh__lua_close_cos(kh_lua *K)
     }
 }
 
+/* A tunnel the app holds (core.defer_hold + core.stream_hold: a WebSocket after its handshake)
+ * waits for input with no coroutine: KH_WAIT_TUNNEL, and kh__lua_on_body starts one. */
+static int tunnel_held(const kh_stream *s)
+{
+    return s->app_defer && (s->flags & (KH_STREAM_F_TUNNEL | KH_STREAM_F_HELD)) ==
+                               (KH_STREAM_F_TUNNEL | KH_STREAM_F_HELD);
+}
+
 static void finish(kh_lua *K, kh_lua_co *c, int clean)
 {
     kh_stream *s = c->s;
     c->s = NULL;
     if (s) {
         s->app_data = NULL;
-        s->app_wait = KH_WAIT_NONE;
+        s->app_wait = tunnel_held(s) ? KH_WAIT_TUNNEL : KH_WAIT_NONE;
         if (s->app_defer == NULL) {
             s->flags &= ~KH_STREAM_F_APP;
             if (s->proto && !(s->flags & KH_STREAM_F_ENDED)) {
@@ -268,7 +279,7 @@ static const char *slice_name(kh_lua *K, kh_lua_co *c)
                  {"publish", "subscriber callback"},
                  {"resolve", "k.resolve callback"},
                  {"abort", "on_abort callback"},
-                 {"send_to", "k.send_to delivery"}};
+                 {"send_to", "k.send_to delivery"}, {"tunnel", "WebSocket input"}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (c->what && strcmp(c->what, kinds[i].what) == 0)
             return kinds[i].name;
@@ -510,9 +521,33 @@ void kh__lua_on_drain(void *app, kh_stream *s)
     kh__lua_wake(K, c, 1);
 }
 
+/* Input on a held tunnel that no coroutine reads: a coroutine of its own for the stream (the
+ * request's discipline: it owns s, so its writes may wait for drain and its body reads may
+ * yield), running the "tunnel" event (khamsin.lua: the held object's _readable). It reads what
+ * is there and ends; the next input starts another. An idle socket keeps no coroutine. */
+static void tunnel_wake(kh_stream *s)
+{
+    kh_lua *K = s->app_defer; /* the instance that holds it */
+    kh_lua_co *c = kh__lua_co_new(K, s);
+    c->what = "tunnel";
+    kh_stream_retain(s); /* the coroutine's ref (finish drops it) */
+    s->app_data = c;
+    s->app_wait = KH_WAIT_NONE;
+    lua_State *co = c->co;
+    lua_rawgeti(co, LUA_REGISTRYINDEX, K->event_ref);
+    lua_pushliteral(co, "tunnel");
+    lua_pushlightuserdata(co, s);
+    lua_pushinteger(co, (lua_Integer)s->gen);
+    kh__lua_wake(K, c, 3);
+}
+
 void kh__lua_on_body(void *app, kh_stream *s)
 {
     kh_lua_co *c = s->app_data;
+    if (c == NULL && s->app_wait == KH_WAIT_TUNNEL && tunnel_held(s)) {
+        tunnel_wake(s);
+        return;
+    }
     if (c == NULL || s->app_wait != KH_WAIT_BODY || c->wait != KH_WAIT_BODY)
         return;
     kh_lua *K = c->K; /* app is s->inst's: the same */

@@ -10,11 +10,25 @@
  * ("websocket") on a request routed by k.route("@websocket", ...); core.respond(s, gen, 0, nil,
  * headers, nil, "tunnel") accepts it (101 on h1, 200 on h2); then body_chunk reads the peer's
  * bytes (false: its end), stream_write(s, gen, bytes, "wait" | "push") writes, stream_finish
- * ends the tunnel. The handler returning does not end it if it called core.defer_hold.
+ * ends the tunnel. The handler returning does not end it if it called core.defer_hold; once
+ * also core.stream_hold'd, the tunnel waits for input with no coroutine (KH_WAIT_TUNNEL): each
+ * arrival starts one for the "tunnel" event, which reads with body_chunk(s, gen, true).
  * Never: knows a wire format (chunked, DATA, event-stream framing are the protocols' or Lua's),
  *        waits in a coroutine that does not own the stream. */
 #include <malloc.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KH_ASAN 1
+#endif
+#endif
+#ifdef KH_ASAN
+/* libasan's (sanitizer/allocator_interface.h, which GCC 12 does not ship) */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
 
 #include "kh_err.h"
 #include "kh_lua_copy.h"
@@ -120,8 +134,10 @@ static int l_queued(lua_State *L)
     return 2;
 }
 
-/* body_chunk(s, gen) -> string | false (the end) | nil, "closed" | false, message (misuse) |
- * (yields: true, ask again). The first call switches the body to incremental reading. */
+/* body_chunk(s, gen[, nowait]) -> string | false (the end) | nil, "closed" | false, message
+ * (misuse) | (yields: true, ask again). The first call switches the body to incremental reading.
+ * nowait: nil, "wait" instead of yielding when no byte is there yet (a held tunnel's reader,
+ * which ends and is started again by the next input: KH_WAIT_TUNNEL). */
 static int l_body_chunk(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
@@ -146,6 +162,11 @@ static int l_body_chunk(lua_State *L)
     case KH_BODY_READING: {
         if (s->proto == NULL)
             return closed(L);
+        if (lua_toboolean(L, 3)) {
+            lua_pushnil(L);
+            lua_pushliteral(L, "wait");
+            return 2;
+        }
         kh_lua_co *c = s->app_data;
         if (c == NULL || K->current != c) {
             lua_pushboolean(L, 0);
@@ -183,14 +204,16 @@ static int l_hold(lua_State *L)
     return 1;
 }
 
-/* tunnel(s, gen) -> the tunnel protocol asked for ("websocket"), or nil */
+/* tunnel(s, gen) -> the tunnel protocol asked for ("websocket"), the HTTP major version (1, 2,
+ * 3: the handshake differs); or nil */
 static int l_tunnel(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
     if (s == NULL || !(s->flags & KH_STREAM_F_TUNNEL_REQ))
         return 0;
     lua_pushstring(L, s->tunnel_proto);
-    return 1;
+    lua_pushinteger(L, s->version_major);
+    return 2;
 }
 
 /* header(s, gen, lname) -> the value of one request header (lower-case name), or nil: for
@@ -208,12 +231,18 @@ static int l_header(lua_State *L)
 }
 
 /* malloc_in_use() -> bytes the C allocator has handed out and not taken back (glibc mallinfo2:
- * in-use chunks + mmapped blocks): for bench/streams.sh, which reports what idle streams hold
- * beside VmRSS (which also counts what the allocator keeps after a burst) */
+ * in-use chunks + mmapped blocks; under ASan, whose allocator glibc does not see, the bytes
+ * asked for: __sanitizer_get_current_allocated_bytes): for bench/streams.sh, which reports what
+ * idle streams hold beside VmRSS (which also counts what the allocator keeps after a burst), and
+ * spec/ws_memory_spec.lua */
 static int l_malloc_in_use(lua_State *L)
 {
+#ifdef KH_ASAN
+    lua_pushnumber(L, (lua_Number)__sanitizer_get_current_allocated_bytes());
+#else
     struct mallinfo2 mi = mallinfo2();
     lua_pushnumber(L, (lua_Number)(mi.uordblks + mi.hblkhd));
+#endif
     return 1;
 }
 

@@ -1,7 +1,7 @@
 /* kh_lua_ws.c: the khamsin.core functions behind lua/khamsin/websocket.lua: a per-socket codec
  * (core/kh_ws.c) as a userdata, server frames, and the handshake helpers.
- * Owns:  per codec: its kh_ws_conn (message buffer) and an out buffer of frames the codec wrote
- *        itself (pongs, close replies); per Lua state (one per worker): a scratch buffer where
+ * Owns:  per codec: its kh_ws_conn (message buffer); per Lua state (one per worker): the out
+ *        buffer of frames a codec wrote itself outside feed (a close frame), a scratch buffer where
  *        received bytes are unmasked (Lua strings are immutable) and the zlib streams of
  *        permessage-deflate, one inflater and one deflater per window size, shared by every
  *        socket of the worker: with no context takeover each message is inflated or deflated in
@@ -30,18 +30,20 @@ typedef struct zctx {
     int has_inf;
     z_stream def[16]; /* by window bits, 9..15 */
     uint8_t has_def[16];
+    /* during one feed (never nested: the codec's callbacks run no Lua code) */
+    lua_State *L;
+    int list, count, max;
+    /* frames a codec wrote outside feed (ws:close), taken at once by push_out */
+    uint8_t *out;
+    size_t olen, ocap;
 } zctx;
 
+/* per socket: what an idle WebSocket keeps in the Lua heap besides its ws table (the feed and
+ * out state is the worker's, in zctx) */
 typedef struct codec {
     kh_ws_conn w;
     zctx *z;
     int bits; /* permessage-deflate: our window (9..15), 0 when not negotiated */
-    /* during feed */
-    lua_State *L;
-    int list, count, max;
-    /* frames the codec wrote */
-    uint8_t *out;
-    size_t olen, ocap;
 } codec;
 
 static int zctx_gc(lua_State *L)
@@ -49,6 +51,9 @@ static int zctx_gc(lua_State *L)
     zctx *z = luaL_checkudata(L, 1, ZCTX_MT);
     free(z->scratch);
     z->scratch = NULL;
+    free(z->out);
+    z->out = NULL;
+    z->olen = z->ocap = 0;
     if (z->has_inf)
         inflateEnd(&z->inf);
     z->has_inf = 0;
@@ -62,7 +67,7 @@ static int zctx_gc(lua_State *L)
 
 static int on_message(void *ud, int binary, const uint8_t *p, size_t n)
 {
-    codec *c = ud;
+    zctx *c = ((codec *)ud)->z;
     lua_State *L = c->L;
     int k = (int)lua_objlen(L, c->list);
     lua_pushlstring(L, (const char *)p, n);
@@ -72,7 +77,7 @@ static int on_message(void *ud, int binary, const uint8_t *p, size_t n)
     return ++c->count >= c->max;
 }
 
-static void out_append(codec *c, const uint8_t *p, size_t n)
+static void out_append(zctx *c, const uint8_t *p, size_t n)
 {
     if (c->olen + n > c->ocap) {
         size_t cap = c->ocap ? c->ocap * 2 : 256;
@@ -93,7 +98,7 @@ static void out_append(codec *c, const uint8_t *p, size_t n)
  * outside feed (ws:close) into the out buffer. */
 static void on_send(void *ud, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
 {
-    codec *c = ud;
+    zctx *c = ((codec *)ud)->z;
     if (c->L) {
         lua_State *L = c->L;
         int k = (int)lua_objlen(L, c->list);
@@ -150,13 +155,10 @@ static int codec_gc(lua_State *L)
 {
     codec *c = luaL_checkudata(L, 1, CODEC_MT);
     kh_ws_conn_free(&c->w);
-    free(c->out);
-    c->out = NULL;
-    c->olen = c->ocap = 0;
     return 0;
 }
 
-static void push_out(lua_State *L, codec *c)
+static void push_out(lua_State *L, zctx *c)
 {
     if (c->olen)
         lua_pushlstring(L, (const char *)c->out, c->olen);
@@ -188,13 +190,13 @@ static int l_feed(lua_State *L)
         z->scap = n;
     }
     memcpy(z->scratch, p, n); /* unmasked in place */
-    c->L = L;
-    c->list = 3;
-    c->count = 0;
-    c->max = max < 1 ? 1 : max;
+    z->L = L;
+    z->list = 3;
+    z->count = 0;
+    z->max = max < 1 ? 1 : max;
     size_t used = 0;
     int r = kh_ws_conn_feed(&c->w, z->scratch, n, &used);
-    c->L = NULL;
+    z->L = NULL;
     if (z->scap > 65536) { /* keep a big frame's scratch no longer than this call */
         free(z->scratch);
         z->scratch = NULL;
@@ -202,7 +204,7 @@ static int l_feed(lua_State *L)
     }
     lua_pushstring(L, r == KH_WS_OK ? "ok" : r == KH_WS_PAUSED ? "paused" : "closed");
     lua_pushinteger(L, (lua_Integer)used);
-    push_out(L, c);
+    push_out(L, z);
     lua_pushinteger(L, c->w.close_code);
     return 4;
 }
@@ -250,7 +252,7 @@ static int l_close(lua_State *L)
     size_t n = 0;
     const char *r = luaL_optlstring(L, 3, "", &n);
     kh_ws_conn_close(&c->w, code, r, n);
-    push_out(L, c);
+    push_out(L, c->z);
     return 1;
 }
 

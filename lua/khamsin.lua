@@ -352,6 +352,12 @@ local events = {
         deferred().on_abort(s)
     end,
     send_to = function(id, data) require("khamsin.push").on_message(id, data) end,
+    -- input on a held tunnel (a WebSocket between messages), in a coroutine that owns the stream
+    tunnel = function(s, g)
+        local st = package.loaded["khamsin.stream"]
+        local obj = st and st.held[s]
+        if obj then obj:_readable(g) end
+    end,
 }
 
 function k._event(kind, ...)

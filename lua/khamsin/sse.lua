@@ -39,10 +39,11 @@ local function close_stream(self, why)
     self._closed = why or "closed"
     open[self] = nil
     push.unregister(self.id)
-    if stream.held[self._s] == self then
-        stream.held[self._s] = nil
-        core.defer_release(self._s, self._g)
-    end
+    -- the engine's hold of a kept stream (`return sse`): the abort event (the client left)
+    -- takes it out of stream.held before this runs, so the hold is released whether or not it
+    -- is still there (defer_release checks the generation and that a hold is there)
+    if stream.held[self._s] == self then stream.held[self._s] = nil end
+    core.defer_release(self._s, self._g)
     local fns = self._on_close
     if fns then
         for i = 1, #fns do

@@ -407,12 +407,19 @@ kh_h3 *kh_h3_new(kh_quic_conn *q)
     cb.reset_stream = cb_reset_stream;
     nghttp3_settings st;
     nghttp3_settings_default(&st);
-    st.qpack_max_dtable_capacity = 4096;
-    st.qpack_blocked_streams = 100;
+    /* no QPACK dynamic table either way (RFC 9204 §3.2.3: capacity 0 is allowed): an idle
+     * connection would keep up to two tables' entries (4 KiB each, plus nghttp3's per-entry
+     * overhead) for the odd header it saves; static-table and literal field lines remain */
+    st.qpack_max_dtable_capacity = 0;
+    st.qpack_encoder_max_dtable_capacity = 0;
+    st.qpack_blocked_streams = 0;
     st.max_field_section_size = h->w->limits->header_bytes;
     st.enable_connect_protocol = 1; /* RFC 9220: WebSocket (tunnels) over h3 */
     int64_t ctrl, enc, dec;
-    if (nghttp3_conn_server_new(&h->ng, &cb, &st, nghttp3_mem_default(), h) != 0) {
+    /* kh_quic's allocator: big pool blocks mmap'd, so their untouched pages cost nothing */
+    static const nghttp3_mem mem = {NULL, kh_quic_malloc, kh_quic_free, kh_quic_calloc,
+                                    kh_quic_realloc}; /* copied by nghttp3 */
+    if (nghttp3_conn_server_new(&h->ng, &cb, &st, &mem, h) != 0) {
         free(h);
         return NULL;
     }

@@ -112,21 +112,60 @@ static int attach_cid_router(int fd, int n)
     return setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog);
 }
 
-int kh_listen_udp(kh_listen_addr *la, int n)
+/* n UDP sockets on la->port; -1 with errno (the fds made so far stay in la->udp_fds) */
+static int bind_udp(kh_listen_addr *la, int n)
 {
     la->udp_fds = new_fds(n);
-    for (int i = 0; i < n; i++) {
-        if (bind_one(la, SOCK_DGRAM, &la->udp_fds[i]) != 0) {
-            fprintf(stderr, "khamsin: listen on %s:%d (quic): %s\n", la->host, la->port,
-                    strerror(errno));
+    for (int i = 0; i < n; i++)
+        if (bind_one(la, SOCK_DGRAM, &la->udp_fds[i]) != 0)
             return -1;
-        }
-    }
+    return 0;
+}
+
+static int route(kh_listen_addr *la, int n)
+{
     if (n > 1 && attach_cid_router(la->udp_fds[0], n) != 0)
         fprintf(stderr, "khamsin: %s:%d (quic): no CID routing between workers (%s): a client "
                 "whose address changes may lose its connection\n", la->host, la->port,
                 strerror(errno));
     return 0;
+}
+
+int kh_listen_udp(kh_listen_addr *la, int n)
+{
+    if (bind_udp(la, n) != 0) {
+        fprintf(stderr, "khamsin: listen on %s:%d (quic): %s\n", la->host, la->port,
+                strerror(errno));
+        return -1;
+    }
+    return route(la, n);
+}
+
+int kh_listen_pair(kh_listen_addr *la, int n, int udp)
+{
+    int any = la->port == 0;
+    for (int attempt = 1;; attempt++) {
+        if (kh_listen_tcp(la, n) != 0)
+            return -1;
+        if (!udp)
+            return 0;
+        /* the kernel picked the TCP port without looking at UDP: a client's ephemeral UDP
+         * socket may hold the same number; then take another pair (`:0` only) */
+        if (any && attempt < KH_LISTEN_PAIR_ATTEMPTS) {
+            if (bind_udp(la, n) == 0)
+                return route(la, n);
+            if (errno != EADDRINUSE)
+                goto fail;
+            kh_listen_close(la, n);
+            la->port = 0;
+            continue;
+        }
+        return kh_listen_udp(la, n);
+    fail:
+        fprintf(stderr, "khamsin: listen on %s:%d (quic): %s\n", la->host, la->port,
+                strerror(errno));
+        return -1;
+    }
 }
 
 void kh_listen_close(kh_listen_addr *la, int n)

@@ -21,6 +21,11 @@ int kh_listen_tcp(kh_listen_addr *la, int n);
  * program (SO_ATTACH_REUSEPORT_CBPF) routes each packet by the worker id in its destination
  * connection ID. Returns 0 or -1 as kh_listen_tcp does. */
 int kh_listen_udp(kh_listen_addr *la, int n);
+/* kh_listen_tcp, then with udp kh_listen_udp on the same port. With port 0, when the UDP bind
+ * finds the port the kernel gave TCP already taken (EADDRINUSE: a client's ephemeral UDP socket),
+ * everything is closed and a new pair tried, up to KH_LISTEN_PAIR_ATTEMPTS times. */
+#define KH_LISTEN_PAIR_ATTEMPTS 8
+int kh_listen_pair(kh_listen_addr *la, int n, int udp);
 /* Closes (and frees) every fd of la that is still open. */
 void kh_listen_close(kh_listen_addr *la, int n);
 

@@ -4,8 +4,10 @@
  * Owns:  per worker an endpoint (w->quic): one uv_udp_t per TLS listener on the fd main bound
  *        (cfg->listens[i].udp_fds[w->id]), a receive buffer of h3_recv_batch x 64 KiB (recvmmsg
  *        batches; the answers leave at the flush pass after the whole batch), a 57 KiB send
- *        buffer, the CID table; per connection the ngtcp2_conn, its TLS session, its kh_h3, a
- *        kh_dtimer and its CIDs.
+ *        buffer, the CID table; per connection the ngtcp2_conn, its TLS session (until the
+ *        handshake is complete: drop_tls), its kh_h3, a kh_dtimer and its CIDs.
+ * Memory: ngtcp2 and nghttp3 allocate through kh_quic_malloc & co., which mmap blocks of 6 KiB
+ *        and more (the libraries' per-connection pools), so untouched pool pages are free.
  * In:    datagrams; the worker's flush pass (kh_wconn.flush), its variable-deadline timer
  *        (ngtcp2_conn_get_expiry and kh_h3's application timeouts), its stop walks.
  * Out:   datagrams: a write pass (write_out) collects a connection's packets and sends runs of
@@ -41,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -748,6 +751,31 @@ static int extend_stream_data(ngtcp2_conn *qc, int64_t sid, uint64_t max, void *
     return 0;
 }
 
+/* CRYPTO data to GnuTLS while the handshake runs. Once it is complete the session is gone
+ * (drop_tls): a QUIC client has nothing more to say in TLS (no KeyUpdate, RFC 9001 §6; no
+ * post-handshake authentication, §4.4), so CRYPTO data then fails the connection. */
+static int recv_crypto_data(ngtcp2_conn *qc, ngtcp2_crypto_level level, uint64_t offset,
+                            const uint8_t *data, size_t len, void *ud)
+{
+    kh_quic_conn *q = ud;
+    if (q->tls == NULL)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
+    return ngtcp2_crypto_recv_crypto_data_cb(qc, level, offset, data, len, ud);
+}
+
+/* The GnuTLS session (~20 KB) is given back once the handshake is complete, which for a server
+ * is also confirmed (RFC 9001 §4.1.2): the 1-RTT keys and AEAD contexts live in ngtcp2 and key
+ * updates derive from them (ngtcp2_crypto_update_key), the Handshake keys are discarded, and
+ * our Finished flight, if it must be sent again, is in ngtcp2's crypto buffers. */
+static void drop_tls(kh_quic_conn *q)
+{
+    if (q->tls == NULL || !ngtcp2_conn_get_handshake_completed(q->qc))
+        return;
+    ngtcp2_conn_set_tls_native_handle(q->qc, NULL);
+    kh_quic_session_free(q->tls);
+    q->tls = NULL;
+}
+
 /* HTTP/3 starts once the 1-RTT keys are installed (where ngtcp2 0.12's own example does) */
 static int recv_tx_key(ngtcp2_conn *qc, ngtcp2_crypto_level level, void *ud)
 {
@@ -795,7 +823,7 @@ static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp
     ngtcp2_callbacks cb;
     memset(&cb, 0, sizeof cb);
     cb.recv_client_initial = ngtcp2_crypto_recv_client_initial_cb;
-    cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
+    cb.recv_crypto_data = recv_crypto_data;
     cb.encrypt = ngtcp2_crypto_encrypt_cb;
     cb.decrypt = ngtcp2_crypto_decrypt_cb;
     cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
@@ -847,8 +875,10 @@ static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp
     if (ngtcp2_crypto_generate_stateless_reset_token(p.stateless_reset_token, ep->ctx->secret,
                                                      sizeof ep->ctx->secret, &scid) == 0)
         p.stateless_reset_token_present = 1;
+    static const ngtcp2_mem mem = {NULL, kh_quic_malloc, kh_quic_free, kh_quic_calloc,
+                                   kh_quic_realloc}; /* copied by ngtcp2 */
     int rv = ngtcp2_conn_server_new(&q->qc, &hd->scid, &scid, path, hd->version, &cb, &st, &p,
-                                    NULL, q);
+                                    &mem, q);
     if (rv != 0) {
         KH_LOG_DEBUG("quic: ngtcp2_conn_server_new: %s", ngtcp2_strerror(rv));
         free(q);
@@ -868,6 +898,87 @@ static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp
     peer_from(&q->peer, path->remote.addr);
     KH_LOG_DEBUG("q%u quic: new connection (%llu open on this worker)", q->id,
                  (unsigned long long)w->num_conns);
+    return q;
+}
+
+/* ---- memory for ngtcp2 and nghttp3 ----
+ * Both libraries carve their objects from pools they malloc per connection, a block at a time
+ * (ngtcp2 0.12: 64 frame chains = 8 KiB, 64 sent-packet entries = 7 KiB, 16 streams = 11 KiB;
+ * nghttp3 0.8: 16 streams = 43 KiB), and an idle connection uses a few objects of each. From
+ * malloc's heap such a block lands on pages a freed connection left resident; a block of
+ * KH_QUIC_MMAP_MIN bytes or more is mmap'd instead, so only the pages the pool hands out count
+ * (calloc needs no memset: the pages are zero). A 16-byte header holds the size. */
+#define KH_QUIC_MMAP_MIN (6 * 1024)
+#define KH_QUIC_HDR 16
+typedef struct {
+    size_t size;
+    size_t mapped;
+} quic_mem_hd;
+
+static void *mem_alloc(size_t n, int zero)
+{
+    quic_mem_hd *h;
+    size_t total = n + KH_QUIC_HDR;
+    if (total < n)
+        return NULL;
+    h = MAP_FAILED;
+    if (n >= KH_QUIC_MMAP_MIN) /* (out of mappings, vm.max_map_count: malloc after all) */
+        h = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (h != MAP_FAILED) {
+        h->mapped = 1;
+    } else {
+        h = zero ? calloc(1, total) : malloc(total);
+        if (h == NULL)
+            return NULL;
+        h->mapped = 0;
+    }
+    h->size = n;
+    return (char *)h + KH_QUIC_HDR;
+}
+
+void *kh_quic_malloc(size_t n, void *ud)
+{
+    (void)ud;
+    return mem_alloc(n, 0);
+}
+
+void *kh_quic_calloc(size_t nmemb, size_t size, void *ud)
+{
+    (void)ud;
+    if (size && nmemb > SIZE_MAX / size)
+        return NULL;
+    return mem_alloc(nmemb * size, 1);
+}
+
+void kh_quic_free(void *p, void *ud)
+{
+    (void)ud;
+    if (p == NULL)
+        return;
+    quic_mem_hd *h = (quic_mem_hd *)((char *)p - KH_QUIC_HDR);
+    if (h->mapped)
+        munmap(h, h->size + KH_QUIC_HDR);
+    else
+        free(h);
+}
+
+void *kh_quic_realloc(void *p, size_t n, void *ud)
+{
+    if (p == NULL)
+        return kh_quic_malloc(n, ud);
+    quic_mem_hd *h = (quic_mem_hd *)((char *)p - KH_QUIC_HDR);
+    if (!h->mapped && n < KH_QUIC_MMAP_MIN) {
+        quic_mem_hd *r = realloc(h, n + KH_QUIC_HDR);
+        if (r == NULL)
+            return NULL;
+        r->size = n;
+        return (char *)r + KH_QUIC_HDR;
+    }
+    void *q = mem_alloc(n, 0);
+    if (q == NULL)
+        return NULL;
+    memcpy(q, p, KH_MIN(n, h->size));
+    kh_quic_free(p, ud);
     return q;
 }
 
@@ -1008,6 +1119,7 @@ static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struc
         close_app(q, q->app_error);
         return;
     }
+    drop_tls(q); /* not in a callback: GnuTLS may be on the stack there */
     kh_quic_dirty(q); /* answers leave at the flush pass, after the rest of this batch */
 }
 

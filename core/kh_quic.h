@@ -76,6 +76,12 @@ int kh_h3_done(kh_h3 *h);
 /* 1 while a request stream is open (kh_quic then keeps the connection alive with PINGs) */
 int kh_h3_busy(kh_h3 *h);
 const char *kh_h3_versions(void);
+/* The allocator kh_quic gives ngtcp2 and hands kh_h3 for nghttp3 (ngtcp2_mem / nghttp3_mem
+ * shape): blocks of 6 KiB and more are mmap'd, so a pool's untouched pages are not resident. */
+void *kh_quic_malloc(size_t n, void *ud);
+void *kh_quic_calloc(size_t nmemb, size_t size, void *ud);
+void kh_quic_free(void *p, void *ud);
+void *kh_quic_realloc(void *p, size_t n, void *ud);
 /* The application's timeouts (header, body, keep-alive idle): the deadline (loop ms) of the
  * earliest, or UINT64_MAX; kh_h3_on_timeout acts on those that passed (returns 1 when the
  * connection should close: idle). */

@@ -2,7 +2,8 @@
  * file that knows GnuTLS (through ngtcp2_crypto_gnutls); an OpenSSL >= 3.5 backend would
  * replace that one file.
  * Owns:  the certificate credentials (made once on the main thread, shared read-only by every
- *        worker's sessions) and each connection's TLS session. */
+ *        worker's sessions) and each connection's TLS session (kh_quic.c frees it once the
+ *        handshake is complete: ngtcp2 keeps the keys and AEAD contexts it needs after that). */
 #ifndef KH_QUIC_CRYPTO_H
 #define KH_QUIC_CRYPTO_H
 

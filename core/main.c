@@ -754,8 +754,7 @@ int main(int argc, char **argv)
         }
     }
     for (int i = 0; i < nlisten; i++) {
-        if (kh_listen_tcp(&listens[i], cfg.workers) != 0 ||
-            (cfg.h3 && listens[i].tls && kh_listen_udp(&listens[i], cfg.workers) != 0)) {
+        if (kh_listen_pair(&listens[i], cfg.workers, cfg.h3 && listens[i].tls) != 0) {
             for (int j = 0; j <= i; j++)
                 kh_listen_close(&listens[j], cfg.workers);
             return 1;

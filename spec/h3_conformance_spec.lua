@@ -196,7 +196,7 @@ print("short-vn", "silent" if silent(s) else "answered")
     end)
 
     it("a QPACK encoder instruction past the table's capacity: QPACK_ENCODER_STREAM_ERROR", function()
-        -- Set Dynamic Table Capacity 5000, over the 4096 the server allows
+        -- Set Dynamic Table Capacity 5000, over the 0 the server allows
         closes_with(0x201, { "--no-h3", "--raw-uni", "00 04 00", "--raw-uni", "02 3f e9 26" })
     end)
 

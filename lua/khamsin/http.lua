@@ -670,6 +670,7 @@ local function once(o, u)
     local want_h2 = (u.scheme == "https" and o.http2 and not h1_origin[key])
         or (u.scheme == "http" and o.h2c)
     if not want_h2 then return h1_once(o, u, key) end
+    local closed_retried = false
     for _ = 1, 3 do
         local conn = h2_pick(key)
         if not conn then
@@ -682,6 +683,10 @@ local function once(o, u)
         if head then return head, nx end
         if not retry then return nil, nx end
         if nx == NOT_H2 then return h1_once(o, u, key) end
+        if nx == "closed" then
+            if closed_retried then return nil, nx end
+            closed_retried = true
+        end
         -- a GOAWAY excluded it (not processed), or the connection closed before an answer to
         -- an idempotent request: another connection may do
     end

@@ -595,6 +595,16 @@ static int l_h2_forget(lua_State *L)
     return 0;
 }
 
+/* http_h2_forget_later(conn, id): the same from a finalizer (a response dropped unread): no
+ * callback runs now, the RST_STREAM goes out from the loop; nothing if conn is already closed */
+static int l_h2_forget_later(lua_State *L)
+{
+    lh2 *h = luaL_checkudata(L, 1, H2_MT);
+    if (h->h)
+        kh_out_h2_forget_later(h->h, (int32_t)luaL_checkinteger(L, 2));
+    return 0;
+}
+
 /* http_h2_state(conn) -> can_submit, streams, dead, attached */
 static int l_h2_state(lua_State *L)
 {
@@ -666,6 +676,7 @@ void kh__lua_open_http(lua_State *L, struct kh_lua *K)
         {"http_h2_info", l_h2_info},
         {"http_h2_take", l_h2_take},
         {"http_h2_forget", l_h2_forget},
+        {"http_h2_forget_later", l_h2_forget_later},
         {"http_h2_state", l_h2_state},
         {NULL, NULL},
     };

@@ -37,6 +37,18 @@ k.get("/sleep", function(req)
     served = served + 1
     return "slept " .. (req.args.i or "") .. " " .. req.version
 end)
+-- 200 pieces of 64 KiB, written as the client takes them; a reset stream counts as aborted
+k.get("/drip", function(req, res)
+    local piece = ("d"):rep(65536)
+    for _ = 1, 200 do
+        local ok, r = pcall(res.write, res, piece)
+        if not ok or r == nil then
+            aborted = aborted + 1
+            return
+        end
+    end
+    served = served + 1
+end)
 k.get("/count", function() return json.encode { aborted = aborted, served = served } end)
 -- Adler-32 (zlib's) of the body, read as it comes
 k.post("/hash", function(req)
@@ -72,6 +84,17 @@ k.get("/one", function(req)
     if not res then return json.encode { err = err } end
     return json.encode { status = res.status, version = res.version, body = res.body,
         took = k.now() - t0 }
+end)
+-- reads one chunk of a streamed response, then drops it unread
+k.get("/partial", function(req)
+    local res, err = k.http.request(opts(req, { stream = true }))
+    if not res then return json.encode { err = err } end
+    local rd = res:reader()
+    local first = rd()
+    res, rd = nil, nil
+    collectgarbage()
+    collectgarbage()
+    return json.encode { first = #first }
 end)
 k.get("/stats", function() return json.encode(k.socket.stats()) end)
 -- proxies the upload it receives, piece by piece
@@ -314,6 +337,23 @@ describe("k.http multiplexing and streamed bodies", function()
             end, 0.1)
             assert.is_truthy(c1, "the upstream never saw the stream reset")
             assert.are.equal(c0.aborted + 1, c1.aborted)
+            assert.are.equal(1, up_conns(port))
+        end)
+
+        it("resets the stream of a response dropped unread, and only that stream", function()
+            local port = up_port(false)
+            local c0 = up_count()
+            local r = get_json("/partial?" .. q(port, "/drip"))
+            assert.is_true(r.first > 0, cjson.encode(r))
+            local c1 = server.wait_until(10, function()
+                local c = up_count()
+                return c.aborted > c0.aborted and c
+            end, 0.1)
+            assert.is_truthy(c1, "the upstream never saw the stream reset")
+            assert.are.equal(c0.aborted + 1, c1.aborted)
+            -- the connection goes on serving
+            r = get_json("/one?" .. q(port, "/sleep?s=0&i=next"))
+            assert.are.equal("slept next 2.0", r.body)
             assert.are.equal(1, up_conns(port))
         end)
 

@@ -40,9 +40,10 @@ local c_new, c_connect, c_send, c_receive, c_settimeouts, c_setkeepalive, c_clos
 local decoder, decode, decode_finish = core.http_decoder, core.http_decode,
     core.http_decode_finish
 local h2_new, h2_attach, h2_fail, h2_submit, h2_write, h2_wait, h2_info, h2_take, h2_forget,
-    h2_state = core.http_h2_new, core.http_h2_attach, core.http_h2_fail, core.http_h2_submit,
-    core.http_h2_write, core.http_h2_wait, core.http_h2_info, core.http_h2_take,
-    core.http_h2_forget, core.http_h2_state
+    h2_forget_later, h2_state = core.http_h2_new, core.http_h2_attach, core.http_h2_fail,
+    core.http_h2_submit, core.http_h2_write, core.http_h2_wait, core.http_h2_info,
+    core.http_h2_take, core.http_h2_forget, core.http_h2_forget_later, core.http_h2_state
+local newproxy = newproxy
 
 local M = {}
 
@@ -548,8 +549,13 @@ local function h2_exchange(conn, o, u)
         end
     end
     local finished = false
+    -- a response dropped before its end (stream = true, read in part; or its coroutine aborted
+    -- between two reads): the stream is reset when the reader is collected, so it holds no
+    -- window and no slot of the shared connection
+    local guard = newproxy(true)
+    getmetatable(guard).__gc = function() h2_forget_later(conn, id) end
     local function raw()
-        if finished then return nil end
+        if finished or not guard then return nil end
         while true do
             local chunk = h2_take(conn, id)
             if chunk ~= "" then return chunk end
@@ -574,8 +580,12 @@ end
 -- a new connection for key, listed at once (requests that come meanwhile queue on it), then
 -- connected -> conn | nil, err | false, sock (the server chose http/1.1: sock is for h1)
 local function h2_open(o, u, key)
-    local conn = h2_new(LIM.h2_stream_window, LIM.h2_conn_window, LIM.http_client_header_bytes,
-        LIM.http_client_header_fields, 2 ^ 52, LIM.socket_send_timeout_ms, o.keepalive_ms)
+    -- the connection's receive window covers 100 stream windows, so that a few streams whose
+    -- readers are slow cannot stall the others (each stream stays bounded by its own window)
+    local conn = h2_new(LIM.h2_stream_window,
+        min(2 ^ 31 - 1, math.max(LIM.h2_conn_window, LIM.h2_stream_window * 100)),
+        LIM.http_client_header_bytes, LIM.http_client_header_fields, 2 ^ 52,
+        LIM.socket_send_timeout_ms, o.keepalive_ms)
     local list = h2_conns[key]
     if not list then
         list = {}

@@ -85,6 +85,23 @@ k.get("/one", function(req)
     return json.encode { status = res.status, version = res.version, body = res.body,
         took = k.now() - t0 }
 end)
+-- reads a streamed response slowly: one chunk, a 3 s pause, then the rest
+k.get("/slowread", function(req)
+    local res, err = k.http.request(opts(req, { stream = true }))
+    if not res then return json.encode { err = err } end
+    local rd = res:reader()
+    local n = #rd()
+    k.sleep(3)
+    while true do
+        local c, e = rd()
+        if not c then
+            if e then return json.encode { err = e } end
+            break
+        end
+        n = n + #c
+    end
+    return json.encode { n = n }
+end)
 -- reads one chunk of a streamed response, then drops it unread
 k.get("/partial", function(req)
     local res, err = k.http.request(opts(req, { stream = true }))
@@ -354,6 +371,29 @@ describe("k.http multiplexing and streamed bodies", function()
             -- the connection goes on serving
             r = get_json("/one?" .. q(port, "/sleep?s=0&i=next"))
             assert.are.equal("slept next 2.0", r.body)
+            assert.are.equal(1, up_conns(port))
+        end)
+
+        it("a reader that pauses holds back its stream alone; the upstream keeps serving", function()
+            local port = up_port(false)
+            local out = certdir .. "/slowread"
+            os.execute("curl -s --max-time 30 -o " .. out .. " "
+                .. server.sh_quote(cli_url("/slowread?" .. q(port, "/drip")))
+                .. " >/dev/null 2>&1 &")
+            server.sleep(0.8)
+            -- the upstream's stream waits for window; its worker still answers at once, and so
+            -- does another stream on the shared connection
+            local t0 = now()
+            local c = sh("curl -s --max-time 2 http://127.0.0.1:" .. port .. "/count")
+            assert.is_truthy(c:match("served"), "the upstream did not answer: " .. c)
+            local r = get_json("/one?" .. q(port, "/sleep?s=0&i=during"))
+            assert.are.equal("slept during 2.0", r.body)
+            assert.is_true(now() - t0 < 2, "took " .. (now() - t0) .. " s")
+            local done = server.wait_until(20, function()
+                local b = server.read_file(out)
+                return b and b ~= "" and b
+            end, 0.1)
+            assert.are.same({ n = 200 * 65536 }, cjson.decode(done or "{}"))
             assert.are.equal(1, up_conns(port))
         end)
 

@@ -3,6 +3,9 @@
 # valgrind's callgrind (repeatable, unlike time: the same binary and load give the same count).
 #
 #   bench/callgrind.sh                      # ~1 min; KHAMSIN_BIN=build-release/khamsin SECONDS_LOAD=5
+#   PROTO=h2 bench/callgrind.sh             # the same over h2c: h2load -c4 -m10 instead of wrk
+#   PROTO=h2 REQUESTS=4000 bench/callgrind.sh  # a fixed number of requests (h2load -n), so two
+#                                           # binaries are compared on the same work
 #
 # Two runs of the server under callgrind: one that only starts and stops, one that also serves
 # wrk -c4 for SECONDS_LOAD. (Ir of the second - Ir of the first) / requests served = instructions
@@ -15,6 +18,8 @@ cd "$ROOT"
 BIN=${KHAMSIN_BIN:-build-release/khamsin}
 SECONDS_LOAD=${SECONDS_LOAD:-5}
 PORT=${PORT:-23190}
+PROTO=${PROTO:-h1}
+REQUESTS=${REQUESTS:-}
 command -v valgrind >/dev/null || { echo "needs valgrind" >&2; exit 1; }
 [[ -x $BIN ]] || { cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-release -j2 --target khamsin >/dev/null; }
 TMP=$(mktemp -d)
@@ -26,7 +31,11 @@ run() { # out_file load_seconds -> prints requests served
     --listen "127.0.0.1:$PORT" --log-level warn bench/apps/hello.lua >"$TMP/log" 2>&1 &
   pid=$!
   for ((i = 0; i < 200; i++)); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
-  if ((secs > 0)); then
+  if ((secs > 0)) && [[ $PROTO == h2 ]]; then
+    local how=(-D "$secs")
+    [[ -n $REQUESTS ]] && how=(-n "$REQUESTS")
+    n=$(h2load -c4 -m10 "${how[@]}" "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
+  elif ((secs > 0)); then
     n=$(wrk -t1 -c4 -d"${secs}s" "http://127.0.0.1:$PORT/" | awk '/requests in/ {print $1}')
   fi
   kill -TERM "$pid"; wait "$pid" || true
@@ -40,7 +49,7 @@ load_req=$(run "$TMP/load.out" "$SECONDS_LOAD")
 base=$(total_ir "$TMP/base.out")
 load=$(total_ir "$TMP/load.out")
 echo "binary:   $BIN ($(git rev-parse --short HEAD))"
-echo "command:  SECONDS_LOAD=$SECONDS_LOAD bench/callgrind.sh"
+echo "command:  PROTO=$PROTO REQUESTS=$REQUESTS SECONDS_LOAD=$SECONDS_LOAD bench/callgrind.sh"
 echo "start+stop only: $base Ir ($base_req request)"
 echo "with load:       $load Ir ($load_req requests)"
 echo "instructions per request: $(( (load - base) / (load_req - base_req) ))"

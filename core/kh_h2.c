@@ -3,10 +3,12 @@
  *        session, the list of open streams, the dispatch queue, flood counters, the input
  *        scanner and its rings of closed and skipped stream ids; per stream (in
  *        the stream's proto_area) the header fields while they arrive, then the response bytes
- *        nghttp2 has not taken yet.
+ *        nghttp2 has not taken yet; the tunnels' idle timer (a kh_dtimer).
  * In:    plaintext from kh_conn (on_read -> nghttp2_session_mem_recv); the flush pass (on_flush ->
  *        nghttp2_session_mem_send into c->out, bounded); sink calls from kh_stream.
- * Out:   kh_stream_on_* events; frames into the conn's out buffer.
+ * Out:   kh_stream_on_* events; frames into the conn's out buffer. A response head's fields
+ *        come from kh_stream_head_build (kh_stream.h, shared with kh_h3: no allocation for a
+ *        usual head), copied into nghttp2_nv on the stack.
  * Never: touches the socket, the loop (except uv_now) or Lua.
  *
  * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
@@ -20,8 +22,14 @@
  * DATA arrives but the stream's only as the app consumes (nghttp2_session_consume_stream), so a
  * stream buffers at most its window (h2_stream_window). SETTINGS_ENABLE_CONNECT_PROTOCOL is
  * sent (RFC 8441): a CONNECT with :protocol is marked a tunnel request; accepted, it answers 200
- * with no content-length and carries DATA both ways; its idle time is KH_TO_TUNNEL's while
- * tunnels are all the connection has open.
+ * with no content-length and carries DATA both ways. Each tunnel has its own idle time
+ * (tunnel_idle_timeout_ms): a stamp of its last byte either way (h2_stream.tun_last) and one
+ * kh_dtimer per connection on the worker's deadline heap, armed at the earliest stamp + timeout
+ * (no uv_timer, no heap operation per byte); an idle tunnel is reset (CANCEL) alone, the others
+ * on the connection go on. kh_stream_cut (a slow consumer past stream_out_cap) resets a stream
+ * whose end is queued once the flush pass has sent what the peer's window lets through
+ * (CANCEL: the bytes it does not take are dropped and the stream freed at once); one whose
+ * END_STREAM went out gets RST_STREAM(NO_ERROR) from on_frame_send (RFC 9113 §8.1).
  *
  * Stream-state checks nghttp2 does not make in our configuration (SETTINGS_NO_RFC7540_PRIORITIES
  * and no closed-stream objects) are ours, made by a frame scanner in front of mem_recv: the
@@ -39,6 +47,7 @@
 #include "kh_h2.h"
 
 #include <nghttp2/nghttp2.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "kh_err.h"
@@ -53,6 +62,7 @@ enum {
     H2_CLOSING = 1u << 4,   /* close_after_write was asked */
     H2_PROGRESS = 1u << 5,  /* DATA moved since the timer was last set */
     H2_PEER_EOF = 1u << 6,  /* the peer sent FIN: no WINDOW_UPDATE can come any more */
+    H2_CUTS = 1u << 7,      /* some stream is cut (HS_CUT): the flush pass resets it */
 };
 
 enum {
@@ -85,6 +95,9 @@ typedef struct h2_conn {
     int32_t sc_pri_id; /* its stream, or 0 when the frame's payload is not to be looked at */
     uint32_t sc_skip;  /* bytes of the client preface still to pass (nghttp2 checks them) */
     uint32_t sc_left;  /* payload bytes of the current frame still to pass */
+    /* the tunnels' idle timer (the worker's deadline heap, not a uv_timer): armed at the
+     * earliest last-activity + tunnel_idle_timeout_ms, moved lazily when it fires */
+    kh_dtimer tun_timer;
 } h2_conn;
 
 enum {
@@ -98,6 +111,7 @@ enum {
     HS_FIN = 1u << 7,       /* the response body is complete in buf */
     HS_RST_SENT = 1u << 8,  /* we sent RST_STREAM: the peer's frames in flight are ignored */
     HS_RST_RECV = 1u << 9,  /* the peer sent RST_STREAM */
+    HS_CUT = 1u << 10,      /* kh_stream_cut: reset once the flush pass sent what it could */
 };
 
 static int drain_streams(h2_conn *h);
@@ -113,6 +127,7 @@ typedef struct h2_stream {
     uint64_t rx; /* request body bytes received (kept or dropped) */
     kh_buf buf;  /* request fields while they arrive, then the response body not yet framed */
     size_t off;  /* response bytes of buf already handed to nghttp2 */
+    uint64_t tun_last; /* a tunnel: loop ms of its last byte either way (tun_timer) */
 } h2_stream;
 
 _Static_assert(sizeof(h2_conn *) <= sizeof(((kh_conn *)0)->proto_inline), "h2 pointer fits");
@@ -137,6 +152,7 @@ static inline h2_stream *HS(kh_stream *s)
 
 static const kh_sink_vt h2_sink;
 static void h2_free(h2_conn *h);
+static void on_tunnel_timer(kh_dtimer *t);
 
 /* ---- helpers ---- */
 
@@ -666,6 +682,8 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
     if (s)
         HS(s)->rx += len;
+    if (s && (s->flags & KH_STREAM_F_TUNNEL))
+        HS(s)->tun_last = uv_now(&h->c->w->loop);
     if (s && s->proto)
         kh_stream_on_body(s, (const char *)data, len); /* past body_bytes: 413, then RST */
     /* The window is given back once the bytes are buffered (or dropped), never before: with
@@ -766,6 +784,7 @@ static h2_conn *session_new(kh_conn *c)
     h2_conn *h = kh_xcalloc(1, sizeof *h);
     h->c = c;
     h->win_start = uv_now(&c->w->loop);
+    h->tun_timer.cb = on_tunnel_timer;
     h->sc_skip = KH_H2_PREFACE_LEN; /* the scanner passes the client preface to nghttp2 unread */
     nghttp2_option *opt;
     if (nghttp2_option_new(&opt) != 0)
@@ -895,17 +914,13 @@ static int draining(h2_conn *h, kh_stream *s)
 static void update_timer(kh_conn *c, h2_conn *h)
 {
     int kind = KH_TO_NONE;
-    int heading = 0, reading = 0, blocked = 0, tunnels = 0, others = 0;
+    int heading = 0, reading = 0, blocked = 0;
     for (kh_stream *s = h->streams; s; s = HS(s)->next) {
         h2_stream *hs = HS(s);
-        if (s->flags & KH_STREAM_F_TUNNEL)
-            tunnels = 1;
-        else
-            others = 1;
         if (!(hs->flags & HS_HEAD_DONE))
             heading = 1;
         else if (s->flags & KH_STREAM_F_TUNNEL)
-            ; /* its own idle time (below), never the body timeout */
+            ; /* its own idle time (tun_timer), never the body timeout */
         else if ((s->flags & KH_STREAM_F_BODY_STREAM) && s->body.len)
             ; /* the app has not consumed yet: the client is not the slow one */
         else if (s->body_state == KH_BODY_READING || draining(h, s))
@@ -921,8 +936,7 @@ static void update_timer(kh_conn *c, h2_conn *h)
         kind = KH_TO_BODY;
     else if (h->nstreams == 0)
         kind = KH_TO_IDLE;
-    else if (tunnels && !others)
-        kind = KH_TO_TUNNEL;
+    /* else none: open tunnels go idle one by one (tun_timer), each on its own */
     if (kind != c->timer_kind || ((h->flags & H2_PROGRESS) && kind != KH_TO_IDLE))
         kh_conn_set_timeout(c, kind);
     h->flags &= ~H2_PROGRESS;
@@ -993,6 +1007,67 @@ static int reset_stuck_after_eof(h2_conn *h)
     return n;
 }
 
+/* Streams cut (kh_stream_cut: a slow consumer) after mem_send put out what the peer's window
+ * let through: one whose END_STREAM is still queued behind bytes the peer does not take is
+ * reset (CANCEL), which drops those bytes and frees the stream; one whose END_STREAM went out
+ * has had its RST_STREAM(NO_ERROR) from on_frame_send already (RFC 9113 §8.1), or is closed.
+ * Returns the number reset. */
+static int reset_cut(h2_conn *h)
+{
+    int n = 0;
+    h->flags &= ~H2_CUTS;
+    for (kh_stream *s = h->streams; s; s = HS(s)->next) {
+        h2_stream *hs = HS(s);
+        if (!(hs->flags & HS_CUT))
+            continue;
+        hs->flags &= ~HS_CUT;
+        if ((hs->flags & HS_RST_SENT) || hs->id == 0 ||
+            nghttp2_session_get_stream_local_close(h->ng, hs->id) != 0)
+            continue;
+        hs->flags |= HS_RST_SENT;
+        nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, hs->id, NGHTTP2_CANCEL);
+        KH_LOG_DEBUG("c%u h2: stream %d cut (slow consumer): %zu bytes dropped", h->c->id, hs->id,
+                     hs->buf.len - hs->off);
+        n++;
+    }
+    return n;
+}
+
+/* The tunnels' idle timer (kh_dtimer on the worker's heap): resets every tunnel that moved no
+ * byte either way for tunnel_idle_timeout_ms (CANCEL; the app hears on_abort), the others on
+ * the connection going on, and re-arms at the earliest deadline left. Activity only stamps
+ * tun_last, so a busy tunnel costs no heap operation per byte. */
+static void on_tunnel_timer(kh_dtimer *t)
+{
+    h2_conn *h = (h2_conn *)(void *)((char *)t - offsetof(h2_conn, tun_timer));
+    kh_conn *c = h->c;
+    uint64_t now = uv_now(&c->w->loop), to = c->w->limits->tunnel_idle_timeout_ms;
+    uint64_t next = UINT64_MAX;
+    int n = 0;
+    if (h->flags & (H2_DEAD | H2_FAILED))
+        return;
+    h->depth++;
+    for (kh_stream *s = h->streams; s; s = HS(s)->next) {
+        h2_stream *hs = HS(s);
+        if (!(s->flags & KH_STREAM_F_TUNNEL) || (hs->flags & HS_RST_SENT) || hs->id == 0)
+            continue;
+        if (hs->tun_last + to <= now) {
+            hs->flags |= HS_RST_SENT;
+            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, hs->id, NGHTTP2_CANCEL);
+            KH_LOG_DEBUG("c%u h2: tunnel on stream %d idle for tunnel_idle_timeout_ms: reset",
+                         c->id, hs->id);
+            n++;
+        } else if (hs->tun_last + to < next) {
+            next = hs->tun_last + to;
+        }
+    }
+    h->depth--;
+    if (next != UINT64_MAX)
+        kh_worker_dtimer_set(c->w, t, next);
+    if (n)
+        kh_worker_schedule_flush(c->w, c);
+}
+
 static int h2_on_flush(kh_conn *c)
 {
     h2_conn *h = H(c);
@@ -1025,6 +1100,10 @@ again:
         char *o = kh_conn_out_reserve(c, (size_t)n);
         memcpy(o, data, (size_t)n);
         c->out.len += (size_t)n;
+    }
+    if (!more && (h->flags & H2_CUTS) && !(h->flags & H2_DEAD) && reset_cut(h)) {
+        more = 1;
+        goto again; /* send the resets */
     }
     if (!more && (h->flags & H2_PEER_EOF) && !(h->flags & H2_DEAD) && reset_stuck_after_eof(h)) {
         more = 1;
@@ -1111,15 +1190,6 @@ static void h2_on_timeout(kh_conn *c, int kind)
         kh_worker_schedule_flush(c->w, c);
         return;
     }
-    if (kind == KH_TO_TUNNEL) {
-        /* only tunnels are open and none moved a byte for tunnel_idle_timeout_ms */
-        for (kh_stream *s = h->streams; s; s = HS(s)->next)
-            if ((s->flags & KH_STREAM_F_TUNNEL) && !(HS(s)->flags & HS_RST_SENT))
-                nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_CANCEL);
-        kh_conn_set_timeout(c, KH_TO_NONE);
-        kh_worker_schedule_flush(c->w, c);
-        return;
-    }
     /* idle (RFC 9113 §9.1: a server may close an idle connection, with GOAWAY), a head that
      * never completed, or a response the peer's window has held back for write_timeout_ms */
     kh_conn_set_timeout(c, KH_TO_NONE);
@@ -1151,6 +1221,8 @@ static void h2_on_shutdown(kh_conn *c)
 
 static void h2_free(h2_conn *h)
 {
+    if (kh_dtimer_active(&h->tun_timer))
+        kh_worker_dtimer_cancel(h->c->w, &h->tun_timer);
     nghttp2_session_del(h->ng);
     free(h);
 }
@@ -1214,6 +1286,8 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     memcpy(buf, hs->buf.base + hs->off, k);
     hs->off += k;
     h->flags |= H2_PROGRESS;
+    if (s->flags & KH_STREAM_F_TUNNEL)
+        hs->tun_last = uv_now(&h->c->w->loop);
     if (hs->off == hs->buf.len) {
         /* all handed over: the block goes back to the cache now, not at stream end */
         kh_buf_release(&hs->buf, &h->c->w->bufs);
@@ -1224,72 +1298,27 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     return (ssize_t)k;
 }
 
-/* RFC 9113 §8.2.2: connection-specific fields must not appear in HTTP/2. content-length is ours. */
-static int skip_field(kh_str nm)
-{
-    return kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "keep-alive", 10) ||
-           kh_str_ieq_lower(nm, "proxy-connection", 16) ||
-           kh_str_ieq_lower(nm, "transfer-encoding", 17) || kh_str_ieq_lower(nm, "upgrade", 7) ||
-           kh_str_ieq_lower(nm, "content-length", 14);
-}
-
-#define NV(n, nl, v, vl)                                                                           \
-    (nghttp2_nv)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE                           \
-    }
-
 static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int64_t clen)
 {
     kh_conn *c = s->proto;
     h2_conn *h = H(c);
     h2_stream *hs = HS(s);
-    int has_server = 0, has_date = 0;
-    size_t names = 0;
-    for (size_t i = 0; i < n; i++) {
-        names += hdr[i].name.len;
-        if (kh_str_ieq_lower(hdr[i].name, "server", 6))
-            has_server = 1;
-        else if (kh_str_ieq_lower(hdr[i].name, "date", 4))
-            has_date = 1;
-    }
-    nghttp2_nv *nv = kh_xmalloc((n + 4) * sizeof *nv);
-    /* RFC 9113 §8.2.1: field names are lower case on the wire */
-    char *lower = kh_xmalloc(names + 1);
-    char st[8], cl[24];
-    size_t k = 0, at = 0;
-    int stlen = snprintf(st, sizeof st, "%d", status);
-    nv[k++] = NV(":status", 7, st, (size_t)stlen);
-    if (!has_server)
-        nv[k++] = NV("server", 6, "khamsin", 7);
-    if (!has_date)
-        nv[k++] = NV("date", 4, kh_worker_date(c->w), 29);
-    for (size_t i = 0; i < n; i++) {
-        kh_str nm = hdr[i].name;
-        if (skip_field(nm))
-            continue;
-        char *lo = lower + at;
-        for (size_t j = 0; j < nm.len; j++) {
-            char ch = nm.ptr[j];
-            lo[j] = (ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
-        }
-        at += nm.len;
-        nv[k++] = NV(lo, nm.len, hdr[i].value.ptr, hdr[i].value.len);
-    }
-    /* RFC 9110 §15.3.5 / §15.4.5: 204 and 304 have no content */
-    int bodyless = status == 204 || status == 304;
-    if (!bodyless && clen >= 0) {
-        int cll = snprintf(cl, sizeof cl, "%lld", (long long)clen);
-        nv[k++] = NV("content-length", 14, cl, (size_t)cll);
-    }
-    if (bodyless || clen == 0 || (s->flags & KH_STREAM_F_HEAD_METHOD))
+    kh_head_buf b; /* the fields as h2 and h3 send them (kh_stream_head_build) */
+    kh_stream_head_build(&b, s, status, hdr, n, clen);
+    nghttp2_nv local[KH_HEAD_LOCAL];
+    nghttp2_nv *nv = b.n <= KH_HEAD_LOCAL ? local : kh_xmalloc(b.n * sizeof *nv);
+    for (size_t i = 0; i < b.n; i++)
+        nv[i] = (nghttp2_nv){(uint8_t *)b.f[i].name.ptr, (uint8_t *)b.f[i].value.ptr,
+                             b.f[i].name.len, b.f[i].value.len, NGHTTP2_NV_FLAG_NONE};
+    if (b.no_data)
         hs->flags |= HS_NO_DATA;
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_body};
     h->depth++;
-    int r = nghttp2_submit_response(h->ng, hs->id, nv, k, (hs->flags & HS_NO_DATA) ? NULL : &prd);
+    int r = nghttp2_submit_response(h->ng, hs->id, nv, b.n, (hs->flags & HS_NO_DATA) ? NULL : &prd);
     h->depth--;
-    free(nv);
-    free(lower);
+    if (nv != local)
+        free(nv);
+    kh_stream_head_free(&b);
     kh_worker_schedule_flush(c->w, c);
     if (r != 0) {
         KH_LOG_DEBUG("c%u h2: stream %d: submit_response: %s", c->id, hs->id, nghttp2_strerror(r));
@@ -1362,7 +1391,26 @@ static void h2_consumed(kh_stream *s, size_t n)
 static int h2_tunnel(kh_stream *s, const kh_header *hdr, size_t n)
 {
     /* RFC 8441 §5: a 2xx answers the extended CONNECT; DATA follows both ways */
-    return h2_head(s, 200, hdr, n, -1);
+    int r = h2_head(s, 200, hdr, n, -1);
+    if (r == 0) {
+        kh_conn *c = s->proto;
+        h2_conn *h = H(c);
+        HS(s)->tun_last = uv_now(&c->w->loop);
+        if (!kh_dtimer_active(&h->tun_timer))
+            kh_worker_dtimer_set(c->w, &h->tun_timer,
+                                 HS(s)->tun_last + c->w->limits->tunnel_idle_timeout_ms);
+    }
+    return r;
+}
+
+static void h2_cut(kh_stream *s)
+{
+    kh_conn *c = s->proto;
+    if (c == NULL || HS(s)->id == 0)
+        return;
+    HS(s)->flags |= HS_CUT;
+    H(c)->flags |= H2_CUTS;
+    kh_worker_schedule_flush(c->w, c);
 }
 
 /* Tells the streams waiting for drain whose queue is at or below the low-water mark. The app
@@ -1397,4 +1445,5 @@ static const kh_sink_vt h2_sink = {
     .queued = h2_queued,
     .consumed = h2_consumed,
     .tunnel = h2_tunnel,
+    .cut = h2_cut,
 };

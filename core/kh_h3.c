@@ -5,7 +5,8 @@
  *        chunks, which nghttp3 sends without copying: a chunk is freed only once the peer has
  *        acknowledged all of it (acked_stream_data).
  * In:    stream data and events from kh_quic (kh_quic.h); sink calls from the app.
- * Out:   kh_stream_on_* events; stream data for kh_quic to send (kh_h3_writev).
+ * Out:   kh_stream_on_* events; stream data for kh_quic to send (kh_h3_writev). A response
+ *        head's fields come from kh_stream_head_build (kh_stream.h, shared with kh_h2).
  * Never: calls ngtcp2 (kh_quic.h is the way down), or dispatches a request from inside an
  *        nghttp3 callback (dispatches queue until nghttp3_conn_read_stream returns).
  * Streams (kh_stream.h's seam): sink queued is a stream's response bytes not yet acknowledged
@@ -14,11 +15,13 @@
  *        kh_stream_on_drain. An incremental body credits the connection's window on arrival
  *        and the stream's as the app consumes (h3_consumed). An extended CONNECT with :protocol
  *        (RFC 9220, SETTINGS_ENABLE_CONNECT_PROTOCOL on) is a tunnel request; accepted, 200 and
- *        DATA both ways, the client's FIN its end (no tunnel_idle_timeout_ms on h3 yet).
+ *        DATA both ways, the client's FIN its end; a tunnel with no byte either way for
+ *        tunnel_idle_timeout_ms is reset (H3_REQUEST_CANCELLED), alone.
  * Timeouts: header_timeout_ms from a stream's first byte to its complete head (then the stream
  *        is reset with H3_REQUEST_INCOMPLETE), body_timeout_ms between body bytes while the
  *        body is incomplete (408 as on h1/h2); the keep-alive idle timeout is QUIC's own
- *        (max_idle_timeout = keepalive_timeout_ms, kh_quic.c). */
+ *        (max_idle_timeout = keepalive_timeout_ms, kh_quic.c). All are per-stream deadlines
+ *        (h3_stream.deadline) folded into the QUIC connection's one kh_dtimer (kh_h3_deadline). */
 #include <nghttp3/nghttp3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +40,7 @@ struct chunk {
     char data[];
 };
 
-enum { T_NONE = 0, T_HEADER, T_BODY };
+enum { T_NONE = 0, T_HEADER, T_BODY, T_TUNNEL };
 enum {
     HS_HEAD_DONE = 1,
     HS_FIN = 2,      /* the app ended the response */
@@ -88,6 +91,7 @@ static void set_deadline(kh_h3 *h, h3_stream *hs, int kind)
     hs->tkind = kind;
     hs->deadline = kind == T_NONE     ? UINT64_MAX
                    : kind == T_HEADER ? uv_now(&h->w->loop) + l->header_timeout_ms
+                   : kind == T_TUNNEL ? uv_now(&h->w->loop) + l->tunnel_idle_timeout_ms
                                       : uv_now(&h->w->loop) + l->body_timeout_ms;
 }
 
@@ -307,7 +311,7 @@ static int cb_recv_data(nghttp3_conn *ng, int64_t sid, const uint8_t *data, size
     }
     if (hs == NULL || hs->s->proto == NULL)
         return 0;
-    set_deadline(h, hs, T_BODY);
+    set_deadline(h, hs, (hs->s->flags & KH_STREAM_F_TUNNEL) ? T_TUNNEL : T_BODY);
     if (kh_stream_on_body(hs->s, (const char *)data, len) != 0) {
         /* past body_bytes: 413 is out; the rest of the body is not wanted */
         set_deadline(h, hs, T_NONE);
@@ -325,7 +329,7 @@ static int cb_end_stream(nghttp3_conn *ng, int64_t sid, void *ud, void *sud)
         return 0;
     set_deadline(h, hs, T_NONE);
     if (hs->s->proto && hs->s->body_state == KH_BODY_READING)
-        kh_stream_on_body_end(hs->s);
+        kh_stream_on_body_end(hs->s); /* a tunnel: its input ended; the app ends its side */
     return 0;
 }
 
@@ -535,11 +539,19 @@ int kh_h3_on_timeout(kh_h3 *h, uint64_t now)
 {
     for (h3_stream *hs = h->streams, *next; hs; hs = next) {
         next = hs->next;
-        if (hs->tkind == T_NONE || hs->deadline > now || (hs->s->flags & KH_STREAM_F_TUNNEL))
+        if (hs->tkind == T_NONE || hs->deadline > now)
             continue;
         int kind = hs->tkind;
         hs->tkind = T_NONE;
-        if (kind == T_HEADER) {
+        if (kind == T_TUNNEL) {
+            /* no byte either way for tunnel_idle_timeout_ms: this tunnel only is reset (the
+             * app hears on_abort once it closes), the connection's other streams go on */
+            KH_LOG_DEBUG("q%u h3: tunnel on stream %lld idle for tunnel_idle_timeout_ms: reset",
+                         kh_quic_id(h->q), (long long)hs->sid);
+            nghttp3_conn_shutdown_stream_read(h->ng, hs->sid);
+            kh_quic_stop_sending(h->q, hs->sid, NGHTTP3_H3_REQUEST_CANCELLED);
+            kh_quic_reset_stream(h->q, hs->sid, NGHTTP3_H3_REQUEST_CANCELLED);
+        } else if (kind == T_HEADER) {
             KH_LOG_DEBUG("q%u h3: stream %lld: header timeout", kh_quic_id(h->q),
                          (long long)hs->sid);
             nghttp3_conn_shutdown_stream_read(h->ng, hs->sid);
@@ -577,67 +589,25 @@ static nghttp3_ssize read_data(nghttp3_conn *ng, int64_t sid, nghttp3_vec *vec, 
     return (nghttp3_ssize)k;
 }
 
-static int skip_field(kh_str nm)
-{
-    return kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "keep-alive", 10) ||
-           kh_str_ieq_lower(nm, "proxy-connection", 16) ||
-           kh_str_ieq_lower(nm, "transfer-encoding", 17) || kh_str_ieq_lower(nm, "upgrade", 7) ||
-           kh_str_ieq_lower(nm, "content-length", 14);
-}
-
-#define NV(n, nl, v, vl)                                                                           \
-    (nghttp3_nv)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP3_NV_FLAG_NONE                           \
-    }
-
 static int h3_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int64_t clen)
 {
     kh_h3 *h = s->proto;
     h3_stream *hs = HS(s);
-    int has_server = 0, has_date = 0;
-    size_t names = 0;
-    for (size_t i = 0; i < n; i++) {
-        names += hdr[i].name.len;
-        if (kh_str_ieq_lower(hdr[i].name, "server", 6))
-            has_server = 1;
-        else if (kh_str_ieq_lower(hdr[i].name, "date", 4))
-            has_date = 1;
-    }
-    nghttp3_nv *nv = kh_xmalloc((n + 4) * sizeof *nv);
-    char *lower = kh_xmalloc(names + 1);
-    char st[8], cl[24];
-    size_t k = 0, at = 0;
-    int stlen = snprintf(st, sizeof st, "%d", status);
-    nv[k++] = NV(":status", 7, st, (size_t)stlen);
-    if (!has_server)
-        nv[k++] = NV("server", 6, "khamsin", 7);
-    if (!has_date)
-        nv[k++] = NV("date", 4, kh_worker_date(h->w), 29);
-    for (size_t i = 0; i < n; i++) {
-        kh_str nm = hdr[i].name;
-        if (skip_field(nm))
-            continue;
-        char *lo = lower + at;
-        for (size_t j = 0; j < nm.len; j++) {
-            char ch = nm.ptr[j];
-            lo[j] = (ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
-        }
-        at += nm.len;
-        nv[k++] = NV(lo, nm.len, hdr[i].value.ptr, hdr[i].value.len);
-    }
-    int bodyless = status == 204 || status == 304;
-    if (!bodyless && clen >= 0) {
-        int cll = snprintf(cl, sizeof cl, "%lld", (long long)clen);
-        nv[k++] = NV("content-length", 14, cl, (size_t)cll);
-    }
-    if (bodyless || clen == 0 || (s->flags & KH_STREAM_F_HEAD_METHOD))
+    kh_head_buf b; /* the fields as h2 and h3 send them (kh_stream_head_build) */
+    kh_stream_head_build(&b, s, status, hdr, n, clen);
+    nghttp3_nv local[KH_HEAD_LOCAL];
+    nghttp3_nv *nv = b.n <= KH_HEAD_LOCAL ? local : kh_xmalloc(b.n * sizeof *nv);
+    for (size_t i = 0; i < b.n; i++)
+        nv[i] = (nghttp3_nv){(uint8_t *)b.f[i].name.ptr, (uint8_t *)b.f[i].value.ptr,
+                             b.f[i].name.len, b.f[i].value.len, NGHTTP3_NV_FLAG_NONE};
+    if (b.no_data)
         hs->flags |= HS_NO_DATA;
     nghttp3_data_reader dr = {read_data};
-    int r = nghttp3_conn_submit_response(h->ng, hs->sid, nv, k,
+    int r = nghttp3_conn_submit_response(h->ng, hs->sid, nv, b.n,
                                          (hs->flags & HS_NO_DATA) ? NULL : &dr);
-    free(nv);
-    free(lower);
+    if (nv != local)
+        free(nv);
+    kh_stream_head_free(&b);
     kh_quic_dirty(h->q);
     if (r != 0) {
         KH_LOG_DEBUG("q%u h3: stream %lld: submit_response: %s", kh_quic_id(h->q),
@@ -673,6 +643,8 @@ static int h3_data(kh_stream *s, const char *p, size_t n, int fin)
         hs->flags &= ~HS_BLOCKED;
         nghttp3_conn_resume_stream(h->ng, hs->sid);
     }
+    if (n && hs->tkind == T_TUNNEL)
+        set_deadline(h, hs, T_TUNNEL); /* a byte out: the tunnel is not idle */
     kh_quic_dirty(h->q);
     return 0;
 }
@@ -695,8 +667,12 @@ static void h3_reset(kh_stream *s, int err)
 
 static int h3_tunnel(kh_stream *s, const kh_header *hdr, size_t n)
 {
-    /* RFC 9220 §3 (RFC 8441 §5): a 2xx answers the extended CONNECT; DATA follows both ways */
-    return h3_head(s, 200, hdr, n, -1);
+    /* RFC 9220 §3 (RFC 8441 §5): a 2xx answers the extended CONNECT; DATA follows both ways,
+     * each byte moving its idle deadline (tunnel_idle_timeout_ms, kh_h3_on_timeout) */
+    int r = h3_head(s, 200, hdr, n, -1);
+    if (r == 0)
+        set_deadline(s->proto, HS(s), T_TUNNEL);
+    return r;
 }
 
 static size_t h3_queued(kh_stream *s)
@@ -715,7 +691,9 @@ static void h3_consumed(kh_stream *s, size_t n)
         kh_quic_consumed_stream(h->q, hs->sid, c); /* MAX_STREAM_DATA at the flush pass */
         kh_quic_dirty(h->q);
     }
-    if (s->body_state == KH_BODY_READING)
+    if (s->flags & KH_STREAM_F_TUNNEL)
+        ; /* a tunnel keeps its idle deadline (T_TUNNEL), moved by bytes only */
+    else if (s->body_state == KH_BODY_READING)
         set_deadline(h, hs, T_BODY); /* the client may send again: its body timeout restarts */
 }
 

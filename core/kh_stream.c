@@ -597,6 +597,20 @@ int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin)
     return s->sink->data(s, p, n, fin);
 }
 
+int kh_stream_cut(kh_stream *s)
+{
+    if (s->proto == NULL)
+        return KH_ECLOSED;
+    if (!(s->flags & KH_STREAM_F_ENDED) && (s->flags & KH_STREAM_F_HEAD_SENT)) {
+        int r = kh_stream_send_data(s, NULL, 0, 1);
+        if (r != 0)
+            return r;
+    }
+    if (s->proto && s->sink->cut)
+        s->sink->cut(s);
+    return 0;
+}
+
 int kh_stream_respond(kh_stream *s, int status, const kh_header *h, size_t n, const char *body,
                       size_t len)
 {
@@ -761,6 +775,68 @@ void kh_stream_hold(kh_stream *s)
     s->params = s->params_inline;
     if (s->body_state != KH_BODY_READING)
         kh_buf_release(&s->body, &s->worker->bufs);
+}
+
+/* RFC 9113 §8.2.2 / RFC 9114 §4.2: connection-specific fields must not appear in HTTP/2 or
+ * HTTP/3; content-length is the builder's own. */
+static int h2h3_skip_field(kh_str nm)
+{
+    return kh_str_ieq_lower(nm, "connection", 10) || kh_str_ieq_lower(nm, "keep-alive", 10) ||
+           kh_str_ieq_lower(nm, "proxy-connection", 16) ||
+           kh_str_ieq_lower(nm, "transfer-encoding", 17) || kh_str_ieq_lower(nm, "upgrade", 7) ||
+           kh_str_ieq_lower(nm, "content-length", 14);
+}
+
+void kh_stream_head_build(kh_head_buf *b, const kh_stream *s, int status, const kh_header *h,
+                          size_t n, int64_t clen)
+{
+    int has_server = 0, has_date = 0;
+    size_t names = 0;
+    for (size_t i = 0; i < n; i++) {
+        names += h[i].name.len;
+        if (kh_str_ieq_lower(h[i].name, "server", 6))
+            has_server = 1;
+        else if (kh_str_ieq_lower(h[i].name, "date", 4))
+            has_date = 1;
+    }
+    b->f = n + 4 <= KH_HEAD_LOCAL ? b->f_local : kh_xmalloc((n + 4) * sizeof *b->f);
+    b->lower = names <= sizeof b->lower_local ? b->lower_local : kh_xmalloc(names);
+    size_t k = 0, at = 0;
+    int stlen = snprintf(b->st, sizeof b->st, "%d", status);
+    b->f[k++] = (kh_header){KH_STR_LIT(":status"), {b->st, (size_t)stlen}};
+    if (!has_server)
+        b->f[k++] = (kh_header){KH_STR_LIT("server"), KH_STR_LIT("khamsin")};
+    if (!has_date)
+        b->f[k++] = (kh_header){KH_STR_LIT("date"), {kh_worker_date(s->worker), 29}};
+    for (size_t i = 0; i < n; i++) {
+        kh_str nm = h[i].name;
+        if (h2h3_skip_field(nm))
+            continue;
+        /* RFC 9113 §8.2.1, RFC 9114 §4.2: field names are lower case on the wire */
+        char *lo = b->lower + at;
+        for (size_t j = 0; j < nm.len; j++) {
+            char ch = nm.ptr[j];
+            lo[j] = (ch >= 'A' && ch <= 'Z') ? (char)(ch | 0x20) : ch;
+        }
+        at += nm.len;
+        b->f[k++] = (kh_header){{lo, nm.len}, h[i].value};
+    }
+    /* RFC 9110 §15.3.5 / §15.4.5: 204 and 304 have no content */
+    int bodyless = status == 204 || status == 304;
+    if (!bodyless && clen >= 0) {
+        int cll = snprintf(b->cl, sizeof b->cl, "%lld", (long long)clen);
+        b->f[k++] = (kh_header){KH_STR_LIT("content-length"), {b->cl, (size_t)cll}};
+    }
+    b->no_data = bodyless || clen == 0 || (s->flags & KH_STREAM_F_HEAD_METHOD);
+    b->n = k;
+}
+
+void kh_stream_head_free(kh_head_buf *b)
+{
+    if (b->f != b->f_local)
+        free(b->f);
+    if (b->lower != b->lower_local)
+        free(b->lower);
 }
 
 const char *kh_status_reason(int status)

@@ -27,7 +27,10 @@
  *    h2. From then on inbound bytes arrive as an incremental body with no body_bytes cap, no
  *    body/header timeout (tunnel_idle_timeout_ms instead), the peer's end of input as the body's
  *    end (KH_BODY_COMPLETE), and kh_stream_send_data carries outbound bytes, fin ending the
- *    tunnel (h1 closes the connection, h2 ends the stream).
+ *    tunnel (h1 closes the connection, h2 ends the stream). tunnel_idle_timeout_ms is per
+ *    tunnel on h2 and h3 (each resets the idle stream alone), per connection on h1.
+ *  - A slow consumer (k.send_to past stream_out_cap) is ended with kh_stream_cut: fin, then
+ *    the protocol drops what the peer has not taken and frees the stream (sink cut: h2).
  *
  * Lifetime: streams come from a per-worker pool and are never handed back to malloc while the
  * worker runs, so a stale {pointer, generation} pair held by Lua can always be checked safely
@@ -89,6 +92,10 @@ typedef struct kh_sink_vt {
      * Connection: Upgrade, Upgrade: <s->tunnel_proto> and h; h2 sends a 200 with h and no
      * content-length. Then both carry raw bytes both ways (see the file comment). */
     int (*tunnel)(kh_stream *s, const kh_header *h, size_t n);
+    /* Optional: the response is ended (fin queued) and its reader too slow (kh_stream_cut):
+     * once the flush pass has put out what the peer lets through now, abandon the rest and
+     * free the stream (h2: RST_STREAM CANCEL, or NO_ERROR after END_STREAM went out). */
+    void (*cut)(kh_stream *s);
 } kh_sink_vt;
 
 enum kh_body_state {
@@ -257,10 +264,37 @@ void kh_stream_body_consume(kh_stream *s, size_t n);
 /* Accepts a tunnel request: 101 (h1) / 200 (h2) with h, then tunnel mode. KH_EPROTO when the
  * request is not a tunnel request or a head is out, KH_EINVAL for a bad header, KH_ECLOSED. */
 int kh_stream_accept_tunnel(kh_stream *s, const kh_header *h, size_t n);
+/* Ends a slow consumer's stream (k.send_to past stream_out_cap): fin if not yet ended, then
+ * the protocol resets it once what can go out now has (sink cut; without one, the fin alone).
+ * KH_ECLOSED when the protocol is gone. */
+int kh_stream_cut(kh_stream *s);
 /* An idle long-lived stream (an SSE stream held after its handler): frees the request head's
  * arena, keeping only what the access log needs (method and path, truncated to fit in
  * proto-neutral room). Headers, target, query and authority read as empty afterwards. */
 void kh_stream_hold(kh_stream *s);
+
+/* ---- the response head of HTTP/2 and HTTP/3 (one builder for kh_h2 and kh_h3) ---- */
+
+#define KH_HEAD_LOCAL 24 /* fields built without an allocation; more take one */
+
+/* kh_stream_head_build fills f[0..n) in wire order: ":status"; server and date unless h has
+ * them; h without the connection-specific fields (RFC 9113 §8.2.2, RFC 9114 §4.2: connection,
+ * keep-alive, proxy-connection, transfer-encoding, upgrade; content-length is ours) with names
+ * lower-cased; content-length when clen >= 0 and the status allows content (not 204 / 304).
+ * no_data: the response has no content (HEAD, 204, 304, length 0). Everything points into b, h
+ * or static storage until kh_stream_head_free(b). Lives on the caller's stack. */
+typedef struct kh_head_buf {
+    kh_header *f; /* f_local, or malloc'd past KH_HEAD_LOCAL */
+    size_t n;
+    int no_data;
+    char st[8], cl[24];
+    char *lower; /* the lower-cased names: lower_local, or malloc'd past it */
+    kh_header f_local[KH_HEAD_LOCAL];
+    char lower_local[256];
+} kh_head_buf;
+void kh_stream_head_build(kh_head_buf *b, const kh_stream *s, int status, const kh_header *h,
+                          size_t n, int64_t clen);
+void kh_stream_head_free(kh_head_buf *b);
 
 /* "Not Found" for 404, etc.; "" for unknown codes. */
 const char *kh_status_reason(int status);

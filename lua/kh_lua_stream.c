@@ -86,12 +86,20 @@ static int l_write(lua_State *L)
     return lua_yield(L, 1);
 }
 
-/* finish(s, gen) -> true | nil, "closed": ends a streamed response (or tunnel output) */
+/* finish(s, gen[, cut]) -> true | nil, "closed": ends a streamed response (or tunnel output);
+ * cut: a slow consumer's, whose queued bytes the protocol may drop (kh_stream_cut: h2 resets
+ * the stream once what the peer's window lets through is out) */
 static int l_finish(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
     if (s == NULL || s->proto == NULL)
         return closed(L);
+    if (lua_toboolean(L, 3)) {
+        if (kh_stream_cut(s) != 0)
+            return closed(L);
+        lua_pushboolean(L, 1);
+        return 1;
+    }
     if (s->flags & KH_STREAM_F_ENDED) {
         lua_pushboolean(L, 1);
         return 1;
@@ -230,16 +238,19 @@ static void msg_dispose(kh_chan_msg *m)
     free(m);
 }
 
-/* post_send_to(worker, id, data) -> true | nil, why | false, message: k.send_to for a stream
- * of another worker (its mailbox runs the "send_to" event there) */
+/* post_send_to(worker, gen, id, data) -> true | nil, why | false, message: k.send_to for a
+ * stream of another worker, or of another instance of this one (gen: the instance whose push
+ * registry holds it, which a hot reload may have retired; its mailbox runs the "send_to" event
+ * there, kh_worker_inst_find routing by generation) */
 static int l_post_send_to(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);
     int to = (int)luaL_checkinteger(L, 1);
-    lua_settop(L, 3);
+    uint32_t gen = (uint32_t)luaL_checkinteger(L, 2);
+    lua_settop(L, 4);
     kh_copybuf b = {NULL, 0, 0, K->w->limits->pool_msg_bytes};
     char err[400];
-    if (kh_lua_copy_encode(L, 2, 3, 1, &b, "argument", err, sizeof err) != 0) {
+    if (kh_lua_copy_encode(L, 3, 4, 1, &b, "argument", err, sizeof err) != 0) {
         free(b.p);
         lua_pushboolean(L, 0);
         lua_pushfstring(L, "k.send_to: %s", err);
@@ -247,9 +258,8 @@ static int l_post_send_to(lua_State *L)
     }
     kh_lua_msg *m = kh_xmalloc(sizeof *m + b.len);
     m->base.type = KH_MSG_SENDTO;
-    m->base.gen = 0; /* the current instance: a pushed stream of a retired one is not reached */
+    m->base.gen = gen;
     m->base.dispose = msg_dispose;
-    m->base.gen = 0; /* (ws branch, after main's hot reload) the current instance there: an unset gen routed the message nowhere */
     m->len = b.len;
     memcpy(m->data, b.p, b.len);
     free(b.p);

@@ -34,7 +34,7 @@ describe("examples/chat.lua in Chromium", function()
         assert.are.equal("open", shown.ws_state)
         assert.are.equal("open", shown.sse_state)
         -- the server says which HTTP version carried the WebSocket's handshake
-        assert.truthy(shown.ws_log[1]:match("^welcome %d+%-%d+ %(worker %d, HTTP/" .. version .. "%)$"),
+        assert.truthy(shown.ws_log[1]:match("^welcome %d+%-%d+%-%d+ %(worker %d, HTTP/" .. version .. "%)$"),
             shown.ws_log[1])
         assert.are.equal(GREETING, shown.ws_log[2])
         assert.truthy(shown.sse_log[1]:match("^feed open on worker %d$"), shown.sse_log[1])

@@ -3,7 +3,8 @@
 -- QUIC flush pass, SSE events reach an h3 client while the stream stays open, req:body_reader
 -- reads a multi-MB upload whose stream window comes back only as the handler consumes, and a
 -- client that leaves ends the SSE stream (send returns nil, "closed"); a k.websocket endpoint
--- answers an extended CONNECT with :protocol websocket (RFC 9220). Client: our kh-h3get.
+-- answers an extended CONNECT with :protocol websocket (RFC 9220), and one idle for
+-- tunnel_idle_timeout_ms is reset. Client: our kh-h3get.
 local server = require "spec.helpers.server"
 
 local sh_quote = server.sh_quote
@@ -179,6 +180,33 @@ describe("HTTP/3 streams (res:write, SSE, body_reader)", function()
             return g ~= "nil" and g
         end)
         assert.are.equal("1006", v)
+    end)
+
+    it("a WebSocket over h3 idle for tunnel_idle_timeout_ms is reset (H3_REQUEST_CANCELLED)", function()
+        local srv2 = server.start { app = APP, tls = true, workers = 1,
+            args = { "--http3", "--tunnel-idle-timeout-ms", "500", "--keepalive-timeout-ms", "30000" } }
+        local port2 = tonumber(srv2:wait_log("listening on 127%.0%.0%.1:(%d+) %(quic%)", 5))
+        local frame = srv2.dir .. "/ws.frame"
+        local f = assert(io.open(frame, "wb"))
+        f:write(string.char(0x81, 0x82, 1, 2, 3, 4, bit.bxor(("h"):byte(), 1), bit.bxor(("i"):byte(), 2)))
+        f:close()
+        local out = srv2.dir .. "/idle.body"
+        local t0 = require("socket").gettime()
+        -- the client sends one frame, then nothing, and never leaves by itself (--timeout 30)
+        local done = background(srv2, h3cmd(srv2, port2, "/ws", out, { "--protocol", "websocket",
+            "-H", "sec-websocket-version: 13", "-d", "@" .. frame, "--timeout", "30" }))
+        assert.are.equal(0, server.wait_until(30, done), server.read_file(out .. ".err"))
+        local took = require("socket").gettime() - t0
+        assert.are.equal(string.char(0x81, 7) .. "echo:hi", server.read_file(out))
+        assert.truthy((server.read_file(out .. ".err") or ""):find("reset 0x10c", 1, true),
+            server.read_file(out .. ".err"))
+        assert.truthy(took >= 0.45 and took < 10, "reset after " .. took .. " s")
+        local v = server.wait_until(20, function()
+            local g = srv2:request { proto = "h1+tls", path = "/get/ws_close" }.body
+            return g ~= "nil" and g
+        end)
+        assert.are.equal("1006", v) -- no close frame: the stream was reset
+        srv2:stop()
     end)
 
     it("a graceful stop ends a held SSE stream over h3 at once, not after the grace period", function()

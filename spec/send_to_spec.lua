@@ -74,7 +74,7 @@ local function reader(srv, proto, n)
 end
 
 local function stream_id(text)
-    local id = server.wait_until(10, function() return text():match("event: id\ndata: (%d+%-%d+)\n\n") end)
+    local id = server.wait_until(10, function() return text():match("event: id\ndata: (%d+%-%d+%-%d+)\n\n") end)
     assert(id, "no id event")
     return id
 end
@@ -114,8 +114,8 @@ describe("k.send_to", function()
     end
 
     it("an unknown or malformed id: nil, 'gone' / an error", function()
-        local r = srv:request { path = "/push?id=0-999999&data=x" }
-        local r2 = srv:request { path = "/push?id=1-999999&data=x" }
+        local r = srv:request { path = "/push?id=0-1-999999&data=x" }
+        local r2 = srv:request { path = "/push?id=1-1-999999&data=x" }
         -- on the id's own worker "gone"; posted to the other worker: true (delivery finds nothing)
         assert.truthy((r.body == "nil gone" or r.body == "true nil") and (r2.body == "nil gone" or r2.body == "true nil"))
         srv:expect_error("is not a stream id")
@@ -133,7 +133,7 @@ describe("k.send_to", function()
             local d, err, part = c.sock:receive(1)
             got = got .. (d or part or "")
             assert(not err or err == "timeout", err)
-            slow_id = got:match("event: id\r?\ndata: (%d+%-%d+)\n\n")
+            slow_id = got:match("event: id\r?\ndata: (%d+%-%d+%-%d+)\n\n")
         end
         -- a fast one
         local text = reader(srv, "h1", 10)
@@ -169,7 +169,7 @@ describe("k.send_to", function()
             local d, err, part = c.sock:receive(1)
             got = got .. (d or part or "")
             assert(not err or err == "timeout", err)
-            id = got:match("event: id\r?\ndata: (%d+%-%d+)\n\n")
+            id = got:match("event: id\r?\ndata: (%d+%-%d+%-%d+)\n\n")
         end
         -- the flood must run on the stream's own worker to see the "closed" result: retry
         local body

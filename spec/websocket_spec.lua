@@ -262,7 +262,7 @@ describe("k.websocket conformance", function()
             assert.are.equal("chat.v1", res[1].headers["sec-websocket-protocol"])
             assert.are.equal("T:chat.v1:x C:1000", summary(res[1]))
             local s = summary(res[2])
-            assert.truthy(s:match("^I:srv T:%d+%-%d+ C:1000$"), s)
+            assert.truthy(s:match("^I:srv T:%d+%-%d+%-%d+ C:1000$"), s)
         end)
 
         it("negotiates permessage-deflate and echoes compressed messages", function()
@@ -390,7 +390,7 @@ describe("k.send_to and k.publish to WebSockets", function()
             assert.truthy(r.http[i]:match("^sent by worker %d$"), r.http[i])
             workers[r.http[i]] = true
         end
-        assert.truthy(r.id:match("^%d+%-%d+$"))
+        assert.truthy(r.id:match("^%d+%-%d+%-%d+$"))
     end)
 
     it("k.publish reaches every subscribed socket; a slow one is closed 1008 and stalls no one", function()

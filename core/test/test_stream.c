@@ -49,7 +49,7 @@ static void rec_reset(kh_stream *s, int err)
 }
 
 static const kh_sink_vt rec_sink = {"rec", rec_head, rec_data, rec_want_body, rec_reset,
-                                     NULL, NULL, NULL, NULL};
+                                     NULL, NULL, NULL, NULL, NULL};
 
 static kh_worker W;
 static kh_config cfg;
@@ -89,6 +89,65 @@ static int find(const char *name, int *count)
         }
     }
     return at;
+}
+
+/* kh_stream_head_build: the fields h2 and h3 send (one builder for both) */
+static int hb_has(const kh_head_buf *b, const char *name, const char *value)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->f[i].name.len == strlen(name) && memcmp(b->f[i].name.ptr, name, strlen(name)) == 0)
+            return value == NULL || (b->f[i].value.len == strlen(value) &&
+                                     memcmp(b->f[i].value.ptr, value, strlen(value)) == 0);
+    return 0;
+}
+
+static void test_head_build(void)
+{
+    kh_stream *s = kh_stream_open(&W, &rec_sink, &proto_token);
+    kh_head_buf b;
+    kh_header h[3] = {{KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain")},
+                      {KH_STR_LIT("Connection"), KH_STR_LIT("close")},
+                      {KH_STR_LIT("Content-Length"), KH_STR_LIT("99")}};
+    kh_stream_head_build(&b, s, 200, h, 3, 5);
+    kh_is_int(b.n, 5, "status, server, date, content-type, content-length");
+    kh_ok(b.f[0].name.len == 7 && memcmp(b.f[0].name.ptr, ":status", 7) == 0 &&
+              hb_has(&b, ":status", "200"),
+          ":status first");
+    kh_ok(hb_has(&b, "server", "khamsin") && hb_has(&b, "date", NULL), "server and date added");
+    kh_ok(hb_has(&b, "content-type", "text/plain"), "names lower-cased, values as given");
+    kh_ok(!hb_has(&b, "connection", NULL), "connection-specific fields dropped");
+    kh_ok(hb_has(&b, "content-length", "5"), "content-length is the builder's own");
+    kh_ok(!b.no_data && b.f == b.f_local && b.lower == b.lower_local, "no allocation");
+    kh_stream_head_free(&b);
+
+    kh_header own[2] = {{KH_STR_LIT("Server"), KH_STR_LIT("mine")},
+                        {KH_STR_LIT("DATE"), KH_STR_LIT("then")}};
+    kh_stream_head_build(&b, s, 304, own, 2, 10);
+    kh_is_int(b.n, 3, "the app's server and date kept, not doubled; 304: no content-length");
+    kh_ok(hb_has(&b, "server", "mine") && hb_has(&b, "date", "then") && b.no_data, "304");
+    kh_stream_head_free(&b);
+    kh_stream_head_build(&b, s, 200, NULL, 0, 0);
+    kh_ok(b.no_data && hb_has(&b, "content-length", "0"), "length 0: no data");
+    kh_stream_head_free(&b);
+    kh_stream_head_build(&b, s, 200, NULL, 0, -1);
+    kh_ok(!b.no_data && !hb_has(&b, "content-length", NULL), "streamed: no content-length");
+    kh_stream_head_free(&b);
+
+    /* past the on-stack room: the heap (ASan checks it is freed) */
+    kh_header many[KH_HEAD_LOCAL];
+    char longname[300];
+    memset(longname, 'N', sizeof longname);
+    for (int i = 0; i < KH_HEAD_LOCAL; i++)
+        many[i] = (kh_header){KH_STR_LIT("X-Many"), KH_STR_LIT("v")};
+    many[0].name = (kh_str){longname, sizeof longname};
+    kh_stream_head_build(&b, s, 200, many, KH_HEAD_LOCAL, 1);
+    kh_is_int(b.n, KH_HEAD_LOCAL + 4, "all fields");
+    kh_ok(b.f != b.f_local && b.lower != b.lower_local, "fields and names on the heap");
+    kh_ok(b.f[3].name.len == 300 && b.f[3].name.ptr[0] == 'n' && b.f[3].name.ptr[299] == 'n',
+          "a long name lower-cased whole");
+    kh_ok(hb_has(&b, "x-many", "v") && hb_has(&b, "content-length", "1"), "the rest");
+    kh_stream_head_free(&b);
+    kh_stream_release(s);
 }
 
 int main(void)
@@ -169,5 +228,6 @@ int main(void)
     send_one(1, rid, 2, 0);
     kh_ok(got.ptr == rid && got.n == 2, "both off, the app's X-Request-Id: as is");
 
+    test_head_build();
     return kh_test_done();
 }

@@ -19,6 +19,7 @@
  *                             (its header timeout), printing "reset 0xCODE"
  *          --protocol P       extended CONNECT (RFC 9220): :method CONNECT (unless -X), :protocol
  *                             P; the -d bytes go once a 2xx came, and the stream stays open
+ *                             until the server ends it (a reset: "reset 0xCODE", exit 0)
  *          --leave-after N    once N body bytes arrived, close the connection (CONNECTION_CLOSE)
  *                             and exit 0: a client leaving an endless stream (SSE)
  *          --linger S         after the last response keep the connection open S seconds,
@@ -216,8 +217,8 @@ static nghttp3_ssize read_body(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, s
         return NGHTTP3_ERR_WOULDBLOCK; /* a tunnel: after its 2xx, and it stays open */
     if (O.declare_length > (long long)O.body_len && c->body_sent)
         return NGHTTP3_ERR_WOULDBLOCK; /* the rest never comes */
-    if (O.declare_length <= (long long)O.body_len)
-        *flags |= NGHTTP3_DATA_FLAG_EOF;
+    if (O.declare_length <= (long long)O.body_len && !O.protocol)
+        *flags |= NGHTTP3_DATA_FLAG_EOF; /* a tunnel's input never ends by itself */
     if (c->body_sent || O.body_len == 0)
         return 0;
     c->body_sent = 1;
@@ -361,7 +362,7 @@ static int q_stream_reset(ngtcp2_conn *qc, int64_t sid, uint64_t fs, uint64_t co
 {
     (void)qc, (void)fs, (void)sud;
     client_t *c = ud;
-    if (O.stall_headers && sid == c->sid && c->in_flight) {
+    if ((O.stall_headers || O.protocol) && sid == c->sid && c->in_flight) {
         fprintf(stderr, "reset 0x%llx\n", (unsigned long long)code);
         c->complete = 1;
         finish_request(c);

@@ -65,7 +65,7 @@ local function put(self, payload)
     end
     if err == "full" then
         core.log(1, "sse stream " .. self.id .. ": over stream_out_cap queued: ended (slow consumer)")
-        finish_(self._s, self._g)
+        finish_(self._s, self._g, true) -- cut: h2 resets the stream, dropping what is queued
         close_stream(self, "slow consumer")
         return nil, "closed"
     end
@@ -223,8 +223,10 @@ function M.open(req, res)
     open[self] = true
     if keepalive_ms > 0 and not ticker then
         -- one timer per worker for every stream's keep-alive (a uv timer per stream would
-        -- cost more than the idle stream itself)
-        ticker = core.timer(keepalive_ms / 4000, keepalive_ms / 4000, tick)
+        -- cost more than the idle stream itself); the engine's own (internal): it goes on
+        -- after a hot reload retired this instance, which serves its streams until they end
+        -- (a client that left is found by the next keep-alive write)
+        ticker = core.timer(keepalive_ms / 4000, keepalive_ms / 4000, tick, true)
     end
     return self
 end

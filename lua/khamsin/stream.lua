@@ -98,8 +98,8 @@ end
 function M.on_abort(s)
     local obj = held[s]
     if not obj then return false end
-    held[s] = nil
-    obj:_aborted()
+    obj:_aborted() -- finds itself in held: drops its entry and the hold (core.defer_release),
+    held[s] = nil  -- so the stream, and the app instance it names, are freed
     return true
 end
 

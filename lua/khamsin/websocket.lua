@@ -56,7 +56,7 @@ local function put(ws, bytes, own)
         local cf = ws_close(ws._codec, 1008, "slow consumer")
         if cf then write(ws._s, ws._g, cf, "wait") end
         ws._close_code, ws._close_reason = 1008, "slow consumer"
-        finish(ws._s, ws._g)
+        finish(ws._s, ws._g, true) -- cut: h2 resets the stream, dropping what is queued
         ws._done = true
         return nil, "closed"
     end

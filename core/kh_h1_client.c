@@ -569,6 +569,10 @@ ssize_t kh_h1c_write_request(char *out, size_t cap, kh_str method, kh_str target
         put(&w, fields[i].value.ptr, fields[i].value.len);
         puts_(&w, "\r\n");
     }
+    if (body_len == KH_H1C_BODY_CHUNKED_LEN) {
+        puts_(&w, "Transfer-Encoding: chunked\r\n\r\n");
+        return (ssize_t)w.n;
+    }
     if (body_len < 0 && (kh_str_eq(method, "POST", 4) || kh_str_eq(method, "PUT", 3) ||
                           kh_str_eq(method, "PATCH", 5)))
         body_len = 0;

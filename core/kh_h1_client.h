@@ -118,11 +118,13 @@ int kh_h1c_started(const kh_h1c *r);
 
 /* Serializes a request head: "METHOD target HTTP/1.1", Host (unless fields has one), the fields,
  * and "Content-Length: body_len" when body_len >= 0 (or when the method is POST/PUT/PATCH with no
- * body: 0). Fields named Content-Length, Transfer-Encoding, Connection, Upgrade, TE, Keep-Alive
+ * body: 0), or "Transfer-Encoding: chunked" when body_len is KH_H1C_BODY_CHUNKED_LEN (a streamed
+ * body of unknown length: the caller frames each piece). Fields named Content-Length, Transfer-Encoding, Connection, Upgrade, TE, Keep-Alive
  * are refused: the client owns the framing. Writes at most cap bytes to out.
  * Returns the length written, the length needed (> cap, nothing written) when cap is too small,
  * or KH_H1C_EREQ when a method/name is not a token or a target/value has a CR, LF, NUL (header
  * injection) or another control byte; *bad names the offending part. */
+#define KH_H1C_BODY_CHUNKED_LEN (-2)
 ssize_t kh_h1c_write_request(char *out, size_t cap, kh_str method, kh_str target, kh_str host,
                              const kh_h1_field *fields, size_t num_fields, int64_t body_len,
                              const char **bad);

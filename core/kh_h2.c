@@ -121,7 +121,7 @@ enum {
     HS_CUT = 1u << 10,      /* kh_stream_cut: reset once the flush pass sent what it could */
 };
 
-static void drain_streams(h2_conn *h);
+static int drain_streams(h2_conn *h);
 
 typedef struct h2_stream {
     kh_stream *next, *prev;
@@ -1243,13 +1243,15 @@ again:
         return 0;
     }
     /* after mem_send, outside nghttp2: streams whose queue went down may write again (what
-     * they write waits for the next pass: one batch per loop turn) */
+     * they write waits for the next pass: one batch per loop turn). Only a stream actually woken
+     * asks for that pass: one still above its low water (the peer's window is closed) waits for
+     * the WINDOW_UPDATE, else the flush would run again and again within one loop turn. */
     for (kh_stream *s = h->streams; s; s = HS(s)->next)
         if (s->flags & KH_STREAM_F_WANT_DRAIN) {
-            drain_streams(h);
+            if (drain_streams(h))
+                more = 1;
             if (c->flags & KH_CONN_F_CLOSING)
                 return 0;
-            more = 1;
             break;
         }
     if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng)) {
@@ -1541,16 +1543,23 @@ static void h2_cut(kh_stream *s)
 /* Tells the streams waiting for drain whose queue is at or below the low-water mark. The app
  * runs from here: it may write (h2_data, which never changes the stream list) or end streams,
  * which close only inside a later mem_send. */
-static void drain_streams(h2_conn *h)
+/* Wakes the streams waiting for their queue to go down; returns how many were woken. */
+static int drain_streams(h2_conn *h)
 {
     kh_stream *next;
+    int woken = 0;
     for (kh_stream *s = h->streams; s; s = next) {
         next = HS(s)->next;
-        if (s->flags & KH_STREAM_F_WANT_DRAIN)
+        if (s->flags & KH_STREAM_F_WANT_DRAIN) {
+            kh_stream_retain(s); /* the app may end the stream from its callback */
             kh_stream_on_drain(s);
+            woken += !(s->flags & KH_STREAM_F_WANT_DRAIN);
+            kh_stream_release(s);
+        }
         if (h->c->flags & KH_CONN_F_CLOSING)
-            return;
+            return woken;
     }
+    return woken;
 }
 
 static const kh_sink_vt h2_sink = {

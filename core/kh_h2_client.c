@@ -29,9 +29,10 @@ typedef struct h2c_stream {
     int err;
     uint32_t h2_code;
     int head_done;      /* the final (non-1xx) head has arrived: later HEADERS are trailers */
-    /* request body still to hand to nghttp2 */
+    /* request body still to hand to nghttp2 (streamed: appended by kh_h2c_write until fin) */
     char *req;
-    size_t req_len, req_off;
+    size_t req_len, req_off, req_cap;
+    int streamed, fin;
     /* response fields: names and values back to back in hbuf; offsets in hoff (4 per field) */
     char *hbuf;
     size_t hlen, hcap;
@@ -262,21 +263,29 @@ static int on_error(nghttp2_session *ng, int lib_error_code, const char *msg, si
     return 0;
 }
 
+/* The body of stream id: looked up by id, not through the data source, so a stream the caller
+ * forgot (freed) while nghttp2 still held a DATA item for it is simply ended. */
 static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t len,
                          uint32_t *flags, nghttp2_data_source *src, void *ud)
 {
     (void)ng;
-    (void)id;
-    (void)ud;
-    h2c_stream *st = src->ptr;
+    (void)src;
+    h2c_stream *st = find(ud, id);
+    if (st == NULL) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return 0;
+    }
     size_t n = KH_MIN(len, st->req_len - st->req_off);
+    if (n == 0 && st->streamed && !st->fin)
+        return NGHTTP2_ERR_DEFERRED; /* kh_h2c_write resumes it */
     if (n)
         memcpy(buf, st->req + st->req_off, n);
     st->req_off += n;
-    if (st->req_off == st->req_len) {
+    if (st->req_off == st->req_len && (!st->streamed || st->fin)) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
         free(st->req);
         st->req = NULL;
+        st->req_len = st->req_off = st->req_cap = 0;
     }
     return (ssize_t)n;
 }
@@ -350,9 +359,9 @@ static int conn_specific(kh_str n)
     return 0;
 }
 
-int32_t kh_h2c_submit(kh_h2c *s, kh_str method, kh_str scheme, kh_str authority, kh_str path,
+static int32_t submit(kh_h2c *s, kh_str method, kh_str scheme, kh_str authority, kh_str path,
                       const kh_h1_field *fields, size_t num_fields, const char *body,
-                      size_t body_len)
+                      size_t body_len, int streamed, int64_t content_length)
 {
     if (s->failed || s->goaway)
         return KH_H2C_EGOAWAY;
@@ -384,20 +393,21 @@ int32_t kh_h2c_submit(kh_h2c *s, kh_str method, kh_str scheme, kh_str authority,
         lo += nm.len;
         NV(ln, fields[i].value);
     }
-    if (body) {
-        int k = snprintf(clbuf, sizeof(clbuf), "%zu", body_len);
+    if (body || (streamed && content_length >= 0)) {
+        int k = snprintf(clbuf, sizeof(clbuf), "%zu", body ? body_len : (size_t)content_length);
         kh_str v = {clbuf, (size_t)k};
         NV(KH_STR_LIT("content-length"), v);
     }
 #undef NV
     h2c_stream *st = kh_xcalloc(1, sizeof(*st));
-    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_body};
+    nghttp2_data_provider prd = {.source.ptr = NULL, .read_callback = read_body};
     if (body) {
         st->req = kh_xmalloc(body_len ? body_len : 1);
         memcpy(st->req, body, body_len);
-        st->req_len = body_len;
+        st->req_len = st->req_cap = body_len;
     }
-    int32_t id = nghttp2_submit_request(s->ng, NULL, nv, n, body ? &prd : NULL, st);
+    st->streamed = streamed;
+    int32_t id = nghttp2_submit_request(s->ng, NULL, nv, n, body || streamed ? &prd : NULL, st);
     free(nv);
     free(lower);
     if (id < 0) {
@@ -409,6 +419,52 @@ int32_t kh_h2c_submit(kh_h2c *s, kh_str method, kh_str scheme, kh_str authority,
     s->streams = st;
     s->nstreams++;
     return id;
+}
+
+int32_t kh_h2c_submit(kh_h2c *s, kh_str method, kh_str scheme, kh_str authority, kh_str path,
+                      const kh_h1_field *fields, size_t num_fields, const char *body,
+                      size_t body_len)
+{
+    return submit(s, method, scheme, authority, path, fields, num_fields, body, body_len, 0, -1);
+}
+
+int32_t kh_h2c_submit_streamed(kh_h2c *s, kh_str method, kh_str scheme, kh_str authority,
+                               kh_str path, const kh_h1_field *fields, size_t num_fields,
+                               int64_t content_length)
+{
+    return submit(s, method, scheme, authority, path, fields, num_fields, NULL, 0, 1,
+                  content_length);
+}
+
+int kh_h2c_write(kh_h2c *s, int32_t id, const char *p, size_t n, int fin)
+{
+    h2c_stream *st = find(s, id);
+    if (st == NULL || !st->streamed || st->fin)
+        return KH_H2C_EREQ;
+    if (st->err)
+        return st->err;
+    if (s->failed)
+        return KH_H2C_EPROTO;
+    if (st->req_off > 0) { /* what nghttp2 took is gone: keep only the unsent tail */
+        memmove(st->req, st->req + st->req_off, st->req_len - st->req_off);
+        st->req_len -= st->req_off;
+        st->req_off = 0;
+    }
+    if (n) {
+        grow(&st->req, &st->req_cap, st->req_len + n);
+        memcpy(st->req + st->req_len, p, n);
+        st->req_len += n;
+    }
+    st->fin = fin;
+    if (nghttp2_session_find_stream(s->ng, id) != NULL)
+        nghttp2_session_resume_data(s->ng, id);
+    return 0;
+}
+
+size_t kh_h2c_unsent(kh_h2c *s, int32_t id)
+{
+    h2c_stream *st = find(s, id);
+    return st ? st->req_len - st->req_off : 0;
 }
 
 static void fail_all(kh_h2c *s, int err)

@@ -1,6 +1,7 @@
 /* kh_h2_client.h: sans-io HTTP/2 client session on nghttp2 (the client-side twin of kh_h2.c):
  * requests multiplexed on one connection, each response's head and body collected per stream.
- * Owns:  the nghttp2 client session; per stream: a copy of the request body still to send, the
+ * Owns:  the nghttp2 client session; per stream: a copy of the request body still to send (all of
+ *        it, or for a streamed body the pieces written and not yet sent), the
  *        response head (status, fields in one buffer) and the body bytes not yet taken.
  * In:    bytes read from the connection (kh_h2c_recv); requests (kh_h2c_submit); the caller
  *        taking body bytes (kh_h2c_take), which is what opens the flow-control window again.
@@ -54,6 +55,19 @@ void kh_h2c_free(kh_h2c *s);
 int32_t kh_h2c_submit(kh_h2c *s, kh_str method, kh_str scheme, kh_str authority, kh_str path,
                       const kh_h1_field *fields, size_t num_fields, const char *body,
                       size_t body_len);
+
+/* A request whose body comes in pieces (kh_h2c_write, until fin): DATA frames go out as the
+ * server's flow-control windows allow, never more. content_length >= 0 is sent as the
+ * content-length field (the caller then writes exactly that many bytes); -1: none. */
+int32_t kh_h2c_submit_streamed(kh_h2c *s, kh_str method, kh_str scheme, kh_str authority,
+                               kh_str path, const kh_h1_field *fields, size_t num_fields,
+                               int64_t content_length);
+/* Appends n body bytes (copied) to a streamed request; fin: the last piece. 0, KH_H2C_EREQ (not
+ * a streamed request, or already finished), or the stream's / session's error. */
+int kh_h2c_write(kh_h2c *s, int32_t id, const char *p, size_t n, int fin);
+/* Body bytes written and not yet handed to nghttp2 (what the windows hold back): the caller
+ * writes more only once this is low, so an upload never buffers more than it allows. */
+size_t kh_h2c_unsent(kh_h2c *s, int32_t id);
 
 /* Feeds bytes read from the connection. Returns 0, or KH_H2C_EPROTO when the session failed
  * (every open stream gets that error; GOAWAY is queued for kh_h2c_send). */

@@ -19,7 +19,7 @@
 ---@field log khamsin.log the error log
 ---@field json khamsin.json JSON encoding and decoding
 ---@field socket khamsin.socket outbound TCP/TLS sockets that yield instead of blocking (luasocket's API)
----@field http khamsin.http an HTTP client (HTTP/1.1 keep-alive, HTTP/2 over TLS) that yields instead of blocking
+---@field http khamsin.http an HTTP client (HTTP/1.1 keep-alive, HTTP/2 over TLS multiplexed across handlers, streamed request bodies) that yields instead of blocking
 local k = {}
 
 --- A GET route (it answers HEAD too). `:name` is one segment, a last `*name` the rest.
@@ -489,7 +489,11 @@ function socket.tls_preload(opts) end
 local http = {}
 
 --- An HTTP request whose waits yield the coroutine. url: http:// or https://. method: default
---- GET (POST with a body). timeout (s, default http_client_timeout_ms): the whole request,
+--- GET (POST with a body). body: a string, or streamed: a function giving chunks then nil
+--- (req:body_reader() proxies an upload), or an object with such a read method; chunked on
+--- HTTP/1.1 unless headers give its Content-Length, flow-controlled DATA on HTTP/2.
+--- Concurrent requests of a worker to an HTTP/2 origin are streams of one shared connection.
+--- timeout (s, default http_client_timeout_ms): the whole request,
 --- redirects included; connect_timeout, read_timeout (s): each connect / each read.
 --- max_body (bytes after decoding, default http_client_body_bytes); redirects (default
 --- http_client_redirects, 0: none followed). stream = true: res.body is nil, read with
@@ -497,10 +501,11 @@ local http = {}
 --- true), cafile: the TLS certificate check. http2 = false: HTTP/1.1 only over TLS.
 --- h2c = true: HTTP/2 with prior knowledge on an http:// URL.
 --- deny_private: refuse hosts that resolve to private/loopback addresses. pool_size (default
---- socket_pool_size), keepalive (idle seconds, default socket_keepalive_ms): the origin's pool.
+--- socket_pool_size): the origin's HTTP/1.1 pool; keepalive (idle seconds, default
+--- socket_keepalive_ms): how long an idle pooled or HTTP/2 connection stays open.
 --- Network and protocol failures return nil, reason ("timeout", "connection refused",
 --- "closed mid-body", "tls: certificate verify failed: ...", "too many redirects", ...).
----@param opts {url: string, method?: string, headers?: table<string, string|string[]>, body?: string, timeout?: number, connect_timeout?: number, read_timeout?: number, max_body?: integer, redirects?: integer, stream?: boolean, decode?: boolean, verify?: boolean, cafile?: string, http2?: boolean, h2c?: boolean, deny_private?: boolean, pool_size?: integer, keepalive?: number}
+---@param opts {url: string, method?: string, headers?: table<string, string|string[]>, body?: string|(fun(): string?)|{read: fun(self): string?}, timeout?: number, connect_timeout?: number, read_timeout?: number, max_body?: integer, redirects?: integer, stream?: boolean, decode?: boolean, verify?: boolean, cafile?: string, http2?: boolean, h2c?: boolean, deny_private?: boolean, pool_size?: integer, keepalive?: number}
 ---@return khamsin.HttpResponse? res
 ---@return string? err
 function http.request(opts) end

@@ -1,13 +1,21 @@
 /* kh_lua_http.c: the C half of k.http (lua/khamsin/http.lua is the other): Lua handles on the
- * sans-io HTTP client codecs of core (kh_h1_client, kh_h2_client, kh_http_decode). No I/O here:
- * http.lua moves the bytes over k.socket (kh_out), so connects, TLS, pooling, timeouts and the
- * abort of a waiting request are the socket's.
+ * HTTP client codecs of core (kh_h1_client, kh_h2_client, kh_http_decode) and on its shared
+ * HTTP/2 connections (kh_out_h2). HTTP/1.1 bytes move over k.socket (kh_out) in http.lua, so
+ * its connects, TLS, pooling, timeouts and aborts are the socket's; an HTTP/2 connection is
+ * connected by k.socket too, then handed (http_h2_attach) to a kh_out_h2, which does its I/O
+ * for every stream on it while each request's coroutine waits on its own stream.
  * Owns:  userdata "khamsin.http.h1" (a kh_h1c reader and the bytes it has not consumed),
- *        "khamsin.http.h2" (a kh_h2c session), "khamsin.http.dec" (a kh_hd decoder); each freed
- *        by __gc.
- * In:    calls from http.lua on the worker's thread.
- * Out:   Lua values (heads as tables, body bytes as strings); errors as nil, reason.
- * Never: yields, blocks, or knows the wire format itself (every byte is parsed by core). */
+ *        "khamsin.http.h2" (a kh_out_h2 connection), "khamsin.http.dec" (a kh_hd decoder); each
+ *        freed by __gc (an h2 connection is on the stack of every coroutine waiting on it, so
+ *        it is never collected under a waiter).
+ * In:    calls from http.lua on the worker's thread; kh_out_h2 wakes (a stream's event or
+ *        timeout) and the abort of a coroutine waiting on a stream (KH_WAIT_H2).
+ * Out:   Lua values (an h1 head as separate results of http_h1_feed, an h2 head's fields as a
+ *        table, body bytes as strings); errors as nil, reason; http_h2_wait yields like
+ *        k.socket's raw functions (true, ... | "aborted", why | "misuse", message).
+ *        Every function has two upvalues: 1 the h1 reader's metatable (check_h1 compares
+ *        pointers), 2 the worker's kh_lua (K_UPVALUE: http_h2_new, http_h2_wait).
+ * Never: blocks, or knows the wire format itself (every byte is parsed by core). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +27,8 @@
 #include "kh_http_decode.h"
 #include "kh_lua_http.h"
 #include "kh_lua_internal.h"
+#include "kh_out.h"
+#include "kh_out_h2.h"
 
 #define H1_MT "khamsin.http.h1"
 #define H2_MT "khamsin.http.h2"
@@ -387,103 +397,203 @@ static int l_dec_gc(lua_State *L)
     return 0;
 }
 
-/* ---- HTTP/2 session ---- */
+/* ---- HTTP/2: a shared connection (core/kh_out_h2.h) ---- */
 
 typedef struct lh2 {
-    kh_h2c *s;
+    kh_out_h2 *h;
 } lh2;
 
-static kh_h2c *check_h2(lua_State *L)
+/* upvalue 2 of every k.http C function (upvalue 1 is the h1 reader's metatable) */
+#define K_UPVALUE(L) ((kh_lua *)lua_touserdata((L), lua_upvalueindex(2)))
+
+static kh_out_h2 *check_h2(lua_State *L)
 {
     lh2 *h = luaL_checkudata(L, 1, H2_MT);
-    if (h->s == NULL)
-        luaL_error(L, "http2 session used after close");
-    return h->s;
+    if (h->h == NULL)
+        luaL_error(L, "http2 connection used after close");
+    return h->h;
 }
 
-/* http_h2_new(stream_window, conn_window, header_bytes, header_fields, body_bytes) -> session */
+/* An error message for stream id: the session's reason, or for a stream cut by the connection
+ * the connection's own ("connection reset by peer", "timeout", the connect error...). */
+static void push_stream_err(lua_State *L, kh_out_h2 *h, int err)
+{
+    const char *why = kh_out_h2_error(h);
+    if (err == KH_H2C_ECLOSED && why[0] && strcmp(why, "closed") != 0)
+        lua_pushstring(L, why);
+    else
+        lua_pushstring(L, kh_h2c_error_reason(err));
+}
+
+/* http_h2_new(stream_window, conn_window, header_bytes, header_fields, body_bytes,
+ *             io_timeout_ms, idle_ms) -> connection (unattached: requests queue in it) */
 static int l_h2_new(lua_State *L)
 {
+    kh_lua *K = K_UPVALUE(L);
     kh_h2c_limits lim = {(uint32_t)luaL_checknumber(L, 1), (uint32_t)luaL_checknumber(L, 2),
                          (size_t)luaL_checknumber(L, 3), (size_t)luaL_checknumber(L, 4),
                          (uint64_t)luaL_checknumber(L, 5)};
+    uint64_t io = (uint64_t)luaL_checknumber(L, 6), idle = (uint64_t)luaL_checknumber(L, 7);
     lh2 *h = lua_newuserdata(L, sizeof(*h));
-    h->s = kh_h2c_new(&lim);
+    h->h = kh_out_h2_new(K->w, &lim, io, idle);
     luaL_getmetatable(L, H2_MT);
     lua_setmetatable(L, -2);
     return 1;
 }
 
-/* http_h2_submit(s, method, scheme, authority, path, fields, body|nil) -> id | nil, reason */
+/* http_h2_attach(conn, sock) -> true | nil, reason: the socket's connection becomes conn's */
+static int l_h2_attach(lua_State *L)
+{
+    kh_out_h2 *h = check_h2(L);
+    kh_out *o = kh__lua_socket_detach(L, 2);
+    if (o == NULL) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "closed");
+        return 2;
+    }
+    kh_out_h2_attach(h, o);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* http_h2_fail(conn, why): the connect failed; every stream queued on conn fails with why */
+static int l_h2_fail(lua_State *L)
+{
+    kh_out_h2_fail(check_h2(L), luaL_checkstring(L, 2));
+    return 0;
+}
+
+/* http_h2_submit(conn, method, scheme, authority, path, fields, body) -> id | nil, reason
+ * body: a string, nil (none), or false (streamed through http_h2_write; arg 8: its
+ * Content-Length or nil) */
 static int l_h2_submit(lua_State *L)
 {
-    kh_h2c *s = check_h2(L);
+    kh_out_h2 *h = check_h2(L);
     kh_str m = arg_str(L, 2), sc = arg_str(L, 3), au = arg_str(L, 4), pa = arg_str(L, 5);
     luaL_checktype(L, 6, LUA_TTABLE);
-    size_t bl = 0;
-    const char *body = lua_isnoneornil(L, 7) ? NULL : luaL_checklstring(L, 7, &bl);
     size_t n;
     kh_h1_field small_f[FIELDS_SMALL];
     kh_h1_field *f = fields_from(L, 6, &n, small_f);
-    int32_t id = kh_h2c_submit(s, m, sc, au, pa, f, n, body, bl);
+    int32_t id;
+    if (lua_type(L, 7) == LUA_TBOOLEAN) {
+        int64_t cl = lua_isnoneornil(L, 8) ? -1 : (int64_t)luaL_checknumber(L, 8);
+        id = kh_h2c_submit_streamed(kh_out_h2_session(h), m, sc, au, pa, f, n, cl);
+    } else {
+        size_t bl = 0;
+        const char *body = lua_isnoneornil(L, 7) ? NULL : luaL_checklstring(L, 7, &bl);
+        id = kh_h2c_submit(kh_out_h2_session(h), m, sc, au, pa, f, n, body, bl);
+    }
     fields_free(f, small_f);
     if (id < 0) {
         lua_pushnil(L);
         lua_pushstring(L, kh_h2c_error_reason(id));
         return 2;
     }
+    kh_out_h2_flush(h);
     lua_pushinteger(L, id);
     return 1;
 }
 
-/* http_h2_recv(s, data) -> true | nil, reason */
-static int l_h2_recv(lua_State *L)
+/* http_h2_write(conn, id, bytes, fin) -> unsent | nil, reason: more of a streamed body; unsent
+ * is what the flow-control windows hold back so far */
+static int l_h2_write(lua_State *L)
 {
-    kh_h2c *s = check_h2(L);
+    kh_out_h2 *h = check_h2(L);
+    int32_t id = (int32_t)luaL_checkinteger(L, 2);
     size_t n;
-    const char *p = luaL_checklstring(L, 2, &n);
-    int e = kh_h2c_recv(s, (const uint8_t *)p, n);
-    if (e) {
+    const char *p = luaL_checklstring(L, 3, &n);
+    int rc = kh_h2c_write(kh_out_h2_session(h), id, p, n, lua_toboolean(L, 4));
+    if (rc < 0) {
         lua_pushnil(L);
-        lua_pushstring(L, kh_h2c_error_reason(e));
+        push_stream_err(L, h, rc == KH_H2C_EPROTO && kh_out_h2_error(h)[0] ? KH_H2C_ECLOSED : rc);
         return 2;
     }
-    lua_pushboolean(L, 1);
+    kh_out_h2_flush(h);
+    lua_pushinteger(L, (lua_Integer)kh_h2c_unsent(kh_out_h2_session(h), id));
     return 1;
 }
 
-/* http_h2_send(s) -> bytes to write ("" when none) */
-static int l_h2_send(lua_State *L)
+static void h2_wake(kh_out_h2 *h, int32_t id, int status, void *arg)
 {
-    kh_h2c *s = check_h2(L);
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    const uint8_t *p;
-    ssize_t n;
-    while ((n = kh_h2c_send(s, &p)) > 0)
-        luaL_addlstring(&b, (const char *)p, (size_t)n);
-    luaL_pushresult(&b);
-    return 1;
+    (void)h;
+    (void)id;
+    kh_lua_co *c = arg;
+    c->wait = KH_WAIT_NONE;
+    c->h2 = NULL;
+    lua_State *co = c->co;
+    lua_pushboolean(co, 1);
+    if (status == 0) {
+        lua_pushboolean(co, 1);
+        kh__lua_wake(c->K, c, 2);
+        return;
+    }
+    lua_pushnil(co);
+    lua_pushliteral(co, "timeout");
+    kh__lua_wake(c->K, c, 3);
 }
 
-/* http_h2_eof(s): the connection closed */
-static int l_h2_eof(lua_State *L)
+/* http_h2_wait(conn, id, what, low, timeout_s|nil) -> true, true | true, nil, "timeout" |
+ * "aborted", why | "misuse", message (yields unless it is so already) */
+static int l_h2_wait(lua_State *L)
 {
-    kh_h2c_eof(check_h2(L));
-    return 0;
+    kh_lua *K = K_UPVALUE(L);
+    kh_out_h2 *h = check_h2(L);
+    int32_t id = (int32_t)luaL_checkinteger(L, 2);
+    int what = (int)luaL_checkinteger(L, 3);
+    size_t low = (size_t)luaL_checknumber(L, 4);
+    uint64_t tmo = KH_OUT_NO_TIMEOUT;
+    if (!lua_isnoneornil(L, 5)) {
+        double t = luaL_checknumber(L, 5);
+        tmo = t <= 0 ? 0 : (uint64_t)(t * 1000 + 0.5);
+    }
+    kh_lua_co *c = K->current;
+    if (c == NULL || c->wait != KH_WAIT_NONE) {
+        lua_pushliteral(L, "misuse");
+        lua_pushliteral(L, "k.http: waits only in a handler, a timer or a callback");
+        return 2;
+    }
+    if (c->aborted) {
+        kh_out_h2_forget(h, id);
+        lua_pushliteral(L, "aborted");
+        lua_pushliteral(L, "closed");
+        return 2;
+    }
+    if (kh_out_h2_wait(h, id, what, low, tmo, h2_wake, c) == 1) {
+        lua_pushboolean(L, 1);
+        lua_pushboolean(L, 1);
+        return 2;
+    }
+    c->h2 = h;
+    c->h2_id = id;
+    c->wait = KH_WAIT_H2;
+    lua_pushlightuserdata(L, KH_YIELD);
+    return lua_yield(L, 1);
 }
 
-/* http_h2_info(s, id) -> status (0: no final head yet), done, err|nil, fields|nil, buffered */
+/* The waiting coroutine's request is over: its stream alone is reset (CANCEL); the connection
+ * and every other stream on it go on. */
+void kh__lua_http_abort(kh_lua *K, kh_lua_co *c)
+{
+    (void)K;
+    kh_out_h2 *h = c->h2;
+    c->h2 = NULL;
+    if (h)
+        kh_out_h2_forget_later(h, c->h2_id);
+}
+
+/* http_h2_info(conn, id, want_fields) -> status (0: no final head yet), done, err|nil,
+ * fields|nil, buffered */
 static int l_h2_info(lua_State *L)
 {
-    kh_h2c *s = check_h2(L);
+    kh_out_h2 *h = check_h2(L);
+    kh_h2c *s = kh_out_h2_session(h);
     int32_t id = (int32_t)luaL_checkinteger(L, 2);
     kh_h2c_info i;
     kh_h2c_info_get(s, id, &i);
     lua_pushinteger(L, i.status);
     lua_pushboolean(L, i.done);
     if (i.err)
-        lua_pushstring(L, kh_h2c_error_reason(i.err));
+        push_stream_err(L, h, i.err);
     else if (!i.known)
         lua_pushliteral(L, "unknown stream");
     else
@@ -506,37 +616,52 @@ static int l_h2_info(lua_State *L)
     return 5;
 }
 
-/* http_h2_take(s, id) -> body bytes buffered so far (the window opens again) */
+/* http_h2_take(conn, id) -> body bytes buffered so far (the window opens again: the
+ * WINDOW_UPDATE goes out now) */
 static int l_h2_take(lua_State *L)
 {
-    kh_h2c *s = check_h2(L);
+    kh_out_h2 *h = check_h2(L);
     const char *p;
-    size_t n = kh_h2c_take(s, (int32_t)luaL_checkinteger(L, 2), &p);
+    size_t n = kh_h2c_take(kh_out_h2_session(h), (int32_t)luaL_checkinteger(L, 2), &p);
     lua_pushlstring(L, n ? p : "", n);
+    if (n)
+        kh_out_h2_flush(h);
     return 1;
 }
 
 static int l_h2_forget(lua_State *L)
 {
-    kh_h2c_forget(check_h2(L), (int32_t)luaL_checkinteger(L, 2));
+    kh_out_h2_forget(check_h2(L), (int32_t)luaL_checkinteger(L, 2));
     return 0;
 }
 
-/* http_h2_state(s) -> can_submit, streams, dead */
-static int l_h2_state(lua_State *L)
+/* http_h2_forget_later(conn, id): the same from a finalizer (a response dropped unread): no
+ * callback runs now, the RST_STREAM goes out from the loop; nothing if conn is already closed */
+static int l_h2_forget_later(lua_State *L)
 {
-    kh_h2c *s = check_h2(L);
-    lua_pushboolean(L, kh_h2c_can_submit(s));
-    lua_pushinteger(L, (lua_Integer)kh_h2c_streams(s));
-    lua_pushboolean(L, kh_h2c_dead(s));
-    return 3;
+    lh2 *h = luaL_checkudata(L, 1, H2_MT);
+    if (h->h)
+        kh_out_h2_forget_later(h->h, (int32_t)luaL_checkinteger(L, 2));
+    return 0;
 }
 
+/* http_h2_state(conn) -> can_submit, streams, dead, attached */
+static int l_h2_state(lua_State *L)
+{
+    kh_out_h2 *h = check_h2(L);
+    lua_pushboolean(L, kh_out_h2_can_submit(h));
+    lua_pushinteger(L, (lua_Integer)kh_h2c_streams(kh_out_h2_session(h)));
+    lua_pushboolean(L, kh_out_h2_dead(h));
+    lua_pushboolean(L, kh_out_h2_attached(h));
+    return 4;
+}
+
+/* __gc: closes the connection (no coroutine waits on it: each holds it on its stack) */
 static int l_h2_gc(lua_State *L)
 {
     lh2 *h = luaL_checkudata(L, 1, H2_MT);
-    kh_h2c_free(h->s);
-    h->s = NULL;
+    kh_out_h2_free(h->h);
+    h->h = NULL;
     return 0;
 }
 
@@ -557,6 +682,7 @@ void kh__lua_open_http(lua_State *L, struct kh_lua *K)
     LIM(socket_pool_size);
     LIM(h2_stream_window);
     LIM(h2_conn_window);
+    LIM(socket_send_timeout_ms);
 #undef LIM
     lua_setfield(L, -2, "http_limits");
     static const struct {
@@ -582,20 +708,23 @@ void kh__lua_open_http(lua_State *L, struct kh_lua *K)
         {"http_decode", l_decode},
         {"http_decode_finish", l_decode_finish},
         {"http_h2_new", l_h2_new},
+        {"http_h2_attach", l_h2_attach},
+        {"http_h2_fail", l_h2_fail},
         {"http_h2_submit", l_h2_submit},
-        {"http_h2_recv", l_h2_recv},
-        {"http_h2_send", l_h2_send},
-        {"http_h2_eof", l_h2_eof},
+        {"http_h2_write", l_h2_write},
+        {"http_h2_wait", l_h2_wait},
         {"http_h2_info", l_h2_info},
         {"http_h2_take", l_h2_take},
         {"http_h2_forget", l_h2_forget},
+        {"http_h2_forget_later", l_h2_forget_later},
         {"http_h2_state", l_h2_state},
         {NULL, NULL},
     };
     luaL_getmetatable(L, H1_MT);
     for (const luaL_Reg *f = fns; f->name; f++) {
-        lua_pushvalue(L, -1); /* upvalue 1: the h1 reader's metatable (check_h1) */
-        lua_pushcclosure(L, f->func, 1);
+        lua_pushvalue(L, -1);       /* upvalue 1: the h1 reader's metatable (check_h1) */
+        lua_pushlightuserdata(L, K); /* upvalue 2: the worker's kh_lua (K_UPVALUE) */
+        lua_pushcclosure(L, f->func, 2);
         lua_setfield(L, -3, f->name);
     }
     lua_pop(L, 1);

@@ -26,7 +26,7 @@ enum { KH_WAIT_NONE = 0, KH_WAIT_BODY = 1, KH_WAIT_SLEEP = 2, KH_WAIT_POOL = 3, 
        KH_WAIT_SOCKET = 5, KH_WAIT_DRAIN = 6,
        /* s->app_wait only, never a coroutine's: a held tunnel (a WebSocket between messages)
         * with no coroutine; its next input spawns one (kh__lua_on_body, "tunnel" event) */
-       KH_WAIT_TUNNEL = 7 };
+       KH_WAIT_TUNNEL = 7, KH_WAIT_H2 = 8 };
 
 /* Mailbox message types (kh_chan_msg.type). */
 enum { KH_MSG_JOB = 1, KH_MSG_PUBLISH = 2, KH_MSG_RESOLVE = 3, KH_MSG_SENDTO = 4 };
@@ -63,6 +63,8 @@ typedef struct kh_lua_co {
     kh_lua_job *job;     /* KH_WAIT_POOL */
     kh_lua_fsreq *fs;    /* KH_WAIT_FS (kh_lua_fs.c) */
     struct lsock *sock;  /* KH_WAIT_SOCKET (kh_lua_socket.c) */
+    struct kh_out_h2 *h2; /* KH_WAIT_H2: the shared h2 connection and the stream (kh_lua_http.c) */
+    int32_t h2_id;
     const char *what;    /* for the slow-slice log when there is no stream: "timer", ... */
 } kh_lua_co;
 
@@ -118,6 +120,11 @@ void kh__lua_open_shared(lua_State *L, kh_lua *K);
  * stack; the abort of a socket wait (closes the socket). */
 void kh__lua_open_socket(lua_State *L, kh_lua *K);
 void kh__lua_socket_abort(kh_lua *K, kh_lua_co *c);
+/* The kh_out of a connected socket at idx, taken from it (the socket reads as closed from then
+ * on), for k.http's shared HTTP/2 connections; NULL when it has none or a coroutine waits on it. */
+struct kh_out *kh__lua_socket_detach(lua_State *L, int idx);
+/* kh_lua_http.c: the abort of a wait on a shared h2 stream (the stream alone is reset). */
+void kh__lua_http_abort(kh_lua *K, kh_lua_co *c);
 /* kh_lua_sign.c: core.sign, core.unsign (k.sign, k.unsign) */
 void kh__lua_open_sign(lua_State *L);
 /* kh_lua_ws.c: the WebSocket codec, frames and handshake helpers (ws_* on the core table) */

@@ -861,6 +861,17 @@ static int l_gc(lua_State *L)
     return 0;
 }
 
+kh_out *kh__lua_socket_detach(lua_State *L, int idx)
+{
+    lsock *s = luaL_checkudata(L, idx, SOCK_MT);
+    if (s->o == NULL || s->co)
+        return NULL;
+    kh_out *o = s->o;
+    s->o = NULL;
+    s->closed = 1;
+    return o;
+}
+
 static int l_stats(lua_State *L)
 {
     kh_lua *K = K_UPVALUE(L);

@@ -360,6 +360,9 @@ void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c)
     case KH_WAIT_SOCKET:
         kh__lua_socket_abort(K, c);
         break;
+    case KH_WAIT_H2:
+        kh__lua_http_abort(K, c);
+        break;
     default:
         break;
     }

@@ -2,7 +2,8 @@
  * server bytes, and for the Content-Encoding decoders (kh_http_decode).
  * Owns:  one session (or decoder) per input.
  * In:    data[0] = mode: bit 7 set -> decoder mode (bits 0-1 pick gzip, deflate, zstd, gzip;
- *        bit 2 a tiny max_out); else bits 0-1 pick the limits. data[1] = split point.
+ *        bit 2 a tiny max_out); else bits 0-1 pick the limits, bit 2 forgets the streamed
+ *        upload halfway, bit 3 gives it a content-length. data[1] = split point.
  *        data[2..] = what the server sends after its SETTINGS (a valid empty SETTINGS frame is
  *        prepended so the input reaches the frame layer past the preface check).
  * Out:   a trap on any broken property:
@@ -10,6 +11,8 @@
  *          has a final status 200..999; body bytes never exceed body_bytes;
  *        - taking the body twice gives the second time nothing new unless more input came;
  *        - kh_h2c_send never fails after an error (the GOAWAY still goes out);
+ *        - a streamed upload never has more unsent than was written, takes no write after its
+ *          last piece, and may be forgotten while nghttp2 still holds its DATA;
  *        - decoder: the output never exceeds max_out; the verdict is the same whole and split.
  * Never: keeps state between inputs. */
 #include "kh_h2_client.h"
@@ -90,15 +93,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                               KH_STR_LIT("/"), f, 1, NULL, 0);
     int32_t b = kh_h2c_submit(s, KH_STR_LIT("POST"), KH_STR_LIT("https"), KH_STR_LIT("a"),
                               KH_STR_LIT("/p"), NULL, 0, "body", 4);
-    CHECK(a == 1 && b == 3);
+    /* a streamed body: written in pieces around the input, bigger than the initial window */
+    int32_t c = kh_h2c_submit_streamed(s, KH_STR_LIT("PUT"), KH_STR_LIT("https"), KH_STR_LIT("a"),
+                                       KH_STR_LIT("/s"), NULL, 0, (mode & 8) ? 70000 : -1);
+    CHECK(a == 1 && b == 3 && c == 5);
+    static char piece[35000];
+    size_t written = 0;
+    CHECK(kh_h2c_write(s, c, piece, sizeof(piece), 0) == 0);
+    written += sizeof(piece);
     const uint8_t *p;
     while (kh_h2c_send(s, &p) > 0) {
     }
+    CHECK(kh_h2c_unsent(s, c) <= written);
     static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
     kh_h2c_recv(s, settings, sizeof(settings));
     kh_h2c_recv(s, in, split);
     while (kh_h2c_send(s, &p) > 0) {
     }
+    if (mode & 4) {
+        kh_h2c_forget(s, c); /* the caller left with DATA still queued */
+        CHECK(kh_h2c_write(s, c, piece, 1, 1) == KH_H2C_EREQ);
+    } else {
+        int w = kh_h2c_write(s, c, piece, sizeof(piece), 1);
+        CHECK(w == 0 || w <= -5180);
+        if (w == 0)
+            written += sizeof(piece);
+        CHECK(kh_h2c_write(s, c, piece, 1, 0) != 0); /* finished: no more */
+    }
+    while (kh_h2c_send(s, &p) > 0) {
+    }
+    CHECK(kh_h2c_unsent(s, c) <= written);
     kh_h2c_recv(s, in + split, len - split);
     while (kh_h2c_send(s, &p) > 0) {
     }

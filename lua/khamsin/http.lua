@@ -1,14 +1,18 @@
 -- khamsin.http: k.http, an HTTP client whose waits yield the coroutine (never the worker).
 -- Owns: the request flow (URL, redirects, timeouts as deadlines, retries of an idempotent request
--- whose pooled connection the server had closed, Content-Encoding decoding, the response object)
--- and, per worker, the idle HTTP/2 connections of each origin (a Lua table: the socket pool of
--- k.socket keys connections by host and port, and an h2 connection carries session state).
+-- whose pooled connection the server had closed or of a stream a GOAWAY excluded,
+-- Content-Encoding decoding, streamed request bodies, the response object) and, per worker, the
+-- list of shared HTTP/2 connections of each origin (khamsin.http.h2 userdata, kh_out_h2 in core:
+-- concurrent requests are streams of one of them) and the origins that chose http/1.1 by ALPN.
 -- In: k.http.request / k.http.get from handlers, timers, subscribers.
 -- Out: res {status, reason, headers (case-insensitive), body, version, url} and res:reader();
 -- or nil, reason on any network or protocol failure (never raises for those).
 -- Never: parses or writes HTTP itself: every byte goes through the C codecs (core's
--- kh_h1_client, kh_h2_client, kh_http_decode via lua/kh_lua_http.c); connects, TLS, the h1
--- keep-alive pool, timeouts and the abort of a request that the client left are k.socket's.
+-- kh_h1_client, kh_h2_client, kh_http_decode via lua/kh_lua_http.c); holds a streamed request
+-- body (one piece at a time: sent, or under HTTP/2 held back by flow control up to H2_HIGH,
+-- before the next is pulled). HTTP/1.1 connects, TLS, the keep-alive pool, timeouts and the abort
+-- of a request that the client left are k.socket's; an HTTP/2 connection is connected by
+-- k.socket, then its I/O is kh_out_h2's, and an abort resets only the stream (kh_lua_http.c).
 local ok, core = pcall(require, "khamsin.core")
 if not ok then
     error("k.http runs on a worker's loop, not in a k.blocking pool thread", 2)
@@ -18,7 +22,8 @@ require "khamsin.socket" -- the socket methods (the h2 path uses them)
 
 local type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, rawget =
     type, tostring, tonumber, pairs, ipairs, setmetatable, getmetatable, rawget
-local concat, lower, floor, min = table.concat, string.lower, math.floor, math.min
+local concat, lower, floor, min, remove = table.concat, string.lower, math.floor, math.min,
+    table.remove
 local raise = errors.raise
 errors.own()
 
@@ -34,9 +39,11 @@ local c_new, c_connect, c_send, c_receive, c_settimeouts, c_setkeepalive, c_clos
     core.socket_settimeouts, core.socket_setkeepalive, core.socket_close, core.socket_reused
 local decoder, decode, decode_finish = core.http_decoder, core.http_decode,
     core.http_decode_finish
-local h2_new, h2_submit, h2_recv, h2_send, h2_eof, h2_info, h2_take, h2_forget, h2_state =
-    core.http_h2_new, core.http_h2_submit, core.http_h2_recv, core.http_h2_send, core.http_h2_eof,
-    core.http_h2_info, core.http_h2_take, core.http_h2_forget, core.http_h2_state
+local h2_new, h2_attach, h2_fail, h2_submit, h2_write, h2_wait, h2_info, h2_take, h2_forget,
+    h2_forget_later, h2_state = core.http_h2_new, core.http_h2_attach, core.http_h2_fail,
+    core.http_h2_submit, core.http_h2_write, core.http_h2_wait, core.http_h2_info,
+    core.http_h2_take, core.http_h2_forget, core.http_h2_forget_later, core.http_h2_state
+local newproxy = newproxy
 
 local M = {}
 
@@ -87,6 +94,8 @@ local function put_sock(s)
 end
 
 local READ_CHUNK = 65536
+local CHUNKED = -2 -- h1_request's body length for Transfer-Encoding: chunked
+local format = string.format
 local IDEMPOTENT = { GET = true, HEAD = true, PUT = true, DELETE = true, OPTIONS = true,
     TRACE = true }
 local REDIRECT = { [301] = true, [302] = true, [303] = true, [307] = true, [308] = true }
@@ -314,11 +323,60 @@ local function h1_release(sock, o, reusable, leftover)
     put_sock(sock)
 end
 
+-- a streamed request body (o.body_src): chunked, or raw under the caller's Content-Length; each
+-- piece is sent before the next is pulled, so the upload holds one piece at a time
+local function h1_upload(sock, o)
+    local src, cl, sent = o.body_src, o.body_len, 0
+    while true do
+        local okc, chunk = pcall(src)
+        if not okc then
+            c_close(sock)
+            error(chunk, 0)
+        end
+        if chunk == nil then break end
+        if type(chunk) ~= "string" then
+            c_close(sock)
+            raise("k.http.request: the body function returned a " .. type(chunk)
+                .. " (it gives strings, then nil at the end)")
+        end
+        o.body_pulled = true
+        local n = #chunk
+        if n > 0 then
+            sent = sent + n
+            if cl and sent > cl then return nil, "request body longer than its Content-Length" end
+            local t = read_s(o)
+            if not t then return nil, "timeout" end
+            if t ~= o.rw_s then
+                c_settimeouts(sock, nil, t, t)
+                o.rw_s = t
+            end
+            local okw, werr = waited(c_send(sock, cl and chunk
+                or (format("%x\r\n", n) .. chunk .. "\r\n")))
+            if not okw then return nil, werr end
+        end
+    end
+    if cl then
+        if sent ~= cl then return nil, "request body shorter than its Content-Length" end
+        return true
+    end
+    local t = read_s(o)
+    if not t then return nil, "timeout" end
+    if t ~= o.rw_s then
+        c_settimeouts(sock, nil, t, t)
+        o.rw_s = t
+    end
+    local okw, werr = waited(c_send(sock, "0\r\n\r\n"))
+    if not okw then return nil, werr end
+    return true
+end
+
 -- -> status, headers, reason, version, body (the whole body when it came with the head), nx
 -- (the body's chunk source otherwise) | nil, err, retry
 local function h1_exchange(sock, o, u)
-    local body = o.body
-    local req, rerr = h1_request(o.method, u.target, u.authority, o.fields, body and #body or nil)
+    local body, src = o.body, o.body_src
+    local blen = body and #body or nil
+    if src then blen = o.body_len or CHUNKED end
+    local req, rerr = h1_request(o.method, u.target, u.authority, o.fields, blen)
     if not req then
         c_close(sock)
         raise("k.http.request: " .. rerr)
@@ -334,7 +392,11 @@ local function h1_exchange(sock, o, u)
     end
     local okw, werr = waited(c_send(sock, body and #body < 65536 and (req .. body) or req))
     if okw and body and #body >= 65536 then okw, werr = waited(c_send(sock, body)) end
-    if not okw then return nil, werr, true end
+    if not okw then return nil, werr, not o.body_pulled end
+    if src then
+        okw, werr = h1_upload(sock, o)
+        if not okw then return nil, werr, not o.body_pulled end
+    end
     local r = get_reader(o.method == "HEAD", o.max_body)
     local status, headers, reason, minor
     local pending, done, reusable, leftover = "", false, false, 0
@@ -351,7 +413,7 @@ local function h1_exchange(sock, o, u)
             if err == "closed" then
                 local started = h1_started(r)
                 local _, eerr = h1_eof(r)
-                return nil, eerr, not started
+                return nil, eerr, not started and not o.body_pulled
             end
             return nil, err
         end
@@ -411,115 +473,215 @@ local function h1_exchange(sock, o, u)
     return status, headers, reason, version, nil, raw
 end
 
--- ---- HTTP/2 (over TLS, when the server picks it by ALPN) ----
+-- ---- HTTP/2 (over TLS when the server picks it by ALPN, or h2c with prior knowledge) ----
+-- Per worker and origin, shared connections (lua/kh_lua_http.c over core/kh_out_h2): every
+-- request to the origin is a stream of one of them, each coroutine waiting on its own stream
+-- with its own timeouts, while the connection object does the I/O for all. A connection is
+-- listed as soon as it starts connecting, so concurrent requests queue on it instead of
+-- opening their own; a second one opens only when the server's SETTINGS_MAX_CONCURRENT_STREAMS
+-- is reached on every listed one.
 
--- per worker: origin key -> list of idle {sock=, sess=}
-local h2_idle = {}
+local h2_conns = {}  -- origin key -> list of connections
+local h1_origin = {} -- origin key -> true: the server chose http/1.1 by ALPN (not asked again)
+local WAIT_HEAD, WAIT_BODY, WAIT_DRAIN = 1, 2, 3
+local H2_HIGH = 65536 -- upload bytes held back by flow control before the uploader waits
+local NOT_H2 = "http/2 not negotiated"
 
-local function h2_exchange(conn, o, u, fresh)
-    local sock, sess = conn.sock, conn.sess
+local function h2_pick(key)
+    local list = h2_conns[key]
+    if not list then return nil end
+    local i = 1
+    while i <= #list do
+        local conn = list[i]
+        local can, _, dead = h2_state(conn)
+        if dead then
+            remove(list, i)
+        else
+            if can then return conn end
+            i = i + 1
+        end
+    end
+end
+
+local function h2_unlist(key, conn)
+    local list = h2_conns[key]
+    if not list then return end
+    for i = #list, 1, -1 do
+        if list[i] == conn then remove(list, i) end
+    end
+end
+
+-- waits on stream id for `what` under the request's deadline and the phase's timeout
+local function h2_await(conn, id, what, o, low)
+    local left = remaining_ms(o)
+    if left <= 0 then return nil, "timeout" end
+    local phase = what == WAIT_DRAIN and o.send_ms or o.read_ms
+    local t = phase and min(phase, left) or left
+    return waited(h2_wait(conn, id, what, low or 0, t / 1000))
+end
+
+-- a streamed request body as DATA frames: more is pulled only while what flow control holds
+-- back stays under H2_HIGH
+local function h2_upload(conn, id, o)
+    local src, cl, sent = o.body_src, o.body_len, 0
+    while true do
+        local okc, chunk = pcall(src)
+        if not okc then
+            h2_forget(conn, id)
+            error(chunk, 0)
+        end
+        if chunk ~= nil and type(chunk) ~= "string" then
+            h2_forget(conn, id)
+            raise("k.http.request: the body function returned a " .. type(chunk)
+                .. " (it gives strings, then nil at the end)")
+        end
+        o.body_pulled = true
+        local fin = chunk == nil
+        chunk = chunk or ""
+        sent = sent + #chunk
+        if cl and (sent > cl or (fin and sent ~= cl)) then
+            return nil, "request body length differs from its Content-Length"
+        end
+        local unsent, werr = h2_write(conn, id, chunk, fin)
+        if not unsent then return nil, werr end
+        if fin then return true end
+        if unsent > H2_HIGH then
+            local ok2, err = h2_await(conn, id, WAIT_DRAIN, o, H2_HIGH)
+            if not ok2 then return nil, err end
+            local _, dn, serr = h2_info(conn, id, false)
+            if serr then return nil, serr end
+            if dn then return true end -- the server answered in full: it wants no more
+        end
+    end
+end
+
+-- one request as a stream of conn -> head, body source | nil, err, retry (retry: the server
+-- did not process it, or conn turned out not to be HTTP/2)
+local function h2_exchange(conn, o, u)
     -- the same refusals as over HTTP/1.1 (CR/LF or control bytes in a field, a bad method or
     -- target): HPACK would carry them, the next HTTP/1.1 hop would not
     local okr, rerr = h1_request(o.method, u.target, u.authority, o.fields, nil)
-    if not okr then
-        sock:close()
-        raise("k.http.request: " .. rerr)
-    end
-    local id, serr = h2_submit(sess, o.method, u.scheme, u.authority, u.target, o.fields, o.body)
+    if not okr then raise("k.http.request: " .. rerr) end
+    local body = o.body
+    if o.body_src then body = false end
+    local id, serr = h2_submit(conn, o.method, u.scheme, u.authority, u.target, o.fields, body,
+        o.body_len)
     if not id then return nil, serr, true end
-    local function flush()
-        local out = h2_send(sess)
-        if out ~= "" then
-            if not arm(sock, o, o.send_ms) then return nil, "timeout" end
-            local okw, werr = sock:send(out)
-            if not okw then return nil, werr end
+    if o.body_src then
+        local ok2, uerr = h2_upload(conn, id, o)
+        if not ok2 then
+            local _, _, serr2 = h2_info(conn, id, false)
+            h2_forget(conn, id)
+            local e = serr2 or uerr
+            return nil, e, e == NOT_H2 or (not o.body_pulled and e:find("going away", 1, true))
         end
-        return true
     end
-    local function pump()
-        local fok, ferr = flush()
-        if not fok then return nil, ferr end
-        if not arm(sock, o, o.read_ms) then return nil, "timeout" end
-        local data, err = sock:receiveany(READ_CHUNK)
-        if not data then
-            if err == "closed" then h2_eof(sess) return true end
-            return nil, err
-        end
-        local rok, rerr = h2_recv(sess, data)
-        if not rok then
-            flush()
-            return nil, rerr
-        end
-        return true
-    end
-    local got_any = false
     local status, fields
     while true do
-        local st, dn, err, flds = h2_info(sess, id, true)
+        local st, _, err, flds = h2_info(conn, id, true)
         if err then
-            h2_forget(sess, id)
-            -- refused before any answer on a reused connection: another connection may do
-            local retry = (not fresh and not got_any) or err:find("going away", 1, true)
-            return nil, (err == "closed mid-body" and not got_any) and "closed" or err, retry
+            h2_forget(conn, id)
+            -- a GOAWAY that excluded it, or a connection that was never HTTP/2: not processed
+            -- a connection the server closed before it answered: an idempotent request may go
+            -- again on another one
+            local retry = err == NOT_H2 or (not o.body_pulled and (err:find("going away", 1, true)
+                or (err == "closed mid-body" and IDEMPOTENT[o.method])))
+            return nil, err == "closed mid-body" and "closed" or err, retry
         end
-        if st ~= 0 then status, fields = st, flds break end
-        local pok, perr = pump()
-        if not pok then
-            h2_forget(sess, id)
-            return nil, perr
+        if st ~= 0 then
+            status, fields = st, flds
+            break
         end
-        got_any = true
+        local ok2, werr = h2_await(conn, id, WAIT_HEAD, o)
+        if not ok2 then
+            h2_forget(conn, id) -- RST_STREAM CANCEL: this stream only
+            return nil, werr
+        end
     end
     local finished = false
-    local function finish(reuse)
-        if finished then return end
-        finished = true
-        h2_forget(sess, id)
-        local can, _, dead = h2_state(sess)
-        if reuse and can and not dead then
-            local list = h2_idle[conn.key]
-            if not list then
-                list = {}
-                h2_idle[conn.key] = list
-            end
-            if #list < o.pool_size then
-                list[#list + 1] = conn
-                flush()
-                return
-            end
-        end
-        sock:close()
-    end
+    -- a response dropped before its end (stream = true, read in part; or its coroutine aborted
+    -- between two reads): the stream is reset when the reader is collected, so it holds no
+    -- window and no slot of the shared connection
+    local guard = newproxy(true)
+    getmetatable(guard).__gc = function() h2_forget_later(conn, id) end
     local function raw()
+        if finished or not guard then return nil end
         while true do
-            local chunk = h2_take(sess, id)
-            if chunk ~= "" then
-                flush() -- the WINDOW_UPDATE for what was taken
-                return chunk
-            end
-            local _, dn, err = h2_info(sess, id, false)
-            if err then
-                finish(false)
-                return nil, err
-            end
-            if dn then
-                finish(true)
+            local chunk = h2_take(conn, id)
+            if chunk ~= "" then return chunk end
+            local _, dn, err = h2_info(conn, id, false)
+            if err or dn then
+                finished = true
+                h2_forget(conn, id)
+                if err then return nil, err end
                 return nil
             end
-            local pok, perr = pump()
-            if not pok then
-                finish(false)
-                return nil, perr
+            local ok2, werr = h2_await(conn, id, WAIT_BODY, o)
+            if not ok2 then
+                finished = true
+                h2_forget(conn, id)
+                return nil, werr
             end
         end
     end
     return { status = status, reason = "", fields = fields, version = "2" }, raw
 end
 
-local function h2_connection(sock, key)
-    local sess = h2_new(LIM.h2_stream_window, LIM.h2_conn_window, LIM.http_client_header_bytes,
-        LIM.http_client_header_fields, 2 ^ 52)
-    return { sock = sock, sess = sess, key = key }
+-- a new connection for key, listed at once (requests that come meanwhile queue on it), then
+-- connected -> conn | nil, err | false, sock (the server chose http/1.1: sock is for h1)
+local function h2_open(o, u, key)
+    -- the connection's receive window covers 100 stream windows, so that a few streams whose
+    -- readers are slow cannot stall the others (each stream stays bounded by its own window)
+    local conn = h2_new(LIM.h2_stream_window,
+        min(2 ^ 31 - 1, math.max(LIM.h2_conn_window, LIM.h2_stream_window * 100)),
+        LIM.http_client_header_bytes, LIM.http_client_header_fields, 2 ^ 52,
+        LIM.socket_send_timeout_ms, o.keepalive_ms)
+    local list = h2_conns[key]
+    if not list then
+        list = {}
+        h2_conns[key] = list
+    end
+    list[#list + 1] = conn
+    local sock = waited(c_new())
+    local left = remaining_ms(o)
+    if left <= 0 then
+        h2_unlist(key, conn)
+        h2_fail(conn, "timeout")
+        return nil, "timeout"
+    end
+    left = left / 1000
+    local ct = o.connect_ms and o.connect_ms / 1000 or left
+    c_settimeouts(sock, ct < left and ct or left, left, left)
+    local copts = { deny_private = o.deny_private, pool_size = nil, backlog = 0, pool = key }
+    if u.scheme == "https" then
+        copts.tls = { server_name = u.host:gsub("^%[(.*)%]$", "%1"), verify = o.verify,
+            cafile = o.cafile, alpn = "h2,http/1.1" }
+        copts.pool = key .. "#h2,h1" -- never k.socket's pool: a key of its own all the same
+    end
+    -- the requests queued on conn wait for this connect: if this coroutine is aborted, they
+    -- must still hear of it
+    local okc, cok, cerr = pcall(waited, c_connect(sock, u.host, u.port, copts))
+    if not okc then
+        h2_unlist(key, conn)
+        h2_fail(conn, "closed")
+        c_close(sock)
+        error(cok, 0)
+    end
+    if not cok then
+        c_close(sock)
+        h2_unlist(key, conn)
+        h2_fail(conn, cerr)
+        return nil, cerr
+    end
+    local _, alpn = c_reused(sock)
+    if u.scheme == "https" and alpn ~= "h2" then
+        h1_origin[key] = true
+        h2_unlist(key, conn)
+        h2_fail(conn, NOT_H2)
+        return false, sock
+    end
+    h2_attach(conn, sock)
+    return conn
 end
 
 -- ---- one request on one connection (no redirects) ----
@@ -530,6 +692,46 @@ local PLAIN = { [false] = nil, [true] = { deny_private = true, backlog = 0 } }
 
 local function h2_result(head, nx)
     return head.status, header_table(head.fields), head.reason, head.version, nil, nx
+end
+
+-- HTTP/1.1, on a pooled or new connection (sock: one h2_open connected, on which the server
+-- chose http/1.1 by ALPN)
+-- -> status, headers, reason, version, body | nil, nx (see h1_exchange) | nil, err
+local function h1_once(o, u, key, sock)
+    for attempt = 1, 2 do
+        if sock then
+            o.rw_s = false -- h2_open set its timeouts
+        else
+            sock = get_sock()
+            local left = o.deadline - now() -- seconds, as read_s computes them
+            if left <= 0 then return nil, "timeout" end
+            local ct = o.connect_ms and o.connect_ms / 1000 or left
+            c_settimeouts(sock, ct < left and ct or left, left, left)
+            o.rw_s = left
+            local copts = PLAIN[o.deny_private]
+            if u.scheme == "https" then
+                copts = { deny_private = o.deny_private, backlog = 0 }
+                copts.tls = { server_name = u.host:gsub("^%[(.*)%]$", "%1"), verify = o.verify,
+                    cafile = o.cafile, alpn = "http/1.1" }
+                copts.pool = key .. "#h1"
+            end
+            local cok, cerr = waited(c_connect(sock, u.host, u.port, copts))
+            if not cok then
+                c_close(sock)
+                return nil, cerr
+            end
+        end
+        local reused = c_reused(sock) > 0
+        -- status, headers, reason, version, body, nx | nil, err, retry
+        local st, v2, v3, v4, v5, v6 = h1_exchange(sock, o, u)
+        if st then return st, v2, v3, v4, v5, v6 end
+        c_close(sock)
+        sock = nil
+        -- a pooled connection the server had closed: once more on a new one (idempotent only)
+        if not (v3 and reused and IDEMPOTENT[o.method]) or attempt == 2 then
+            return nil, v2
+        end
+    end
 end
 
 -- -> status, headers, reason, version, body | nil, nx (see h1_exchange) | nil, err
@@ -546,64 +748,30 @@ local function once(o, u)
     elseif o.h2c then
         key = key .. "#h2c" -- HTTP/2 with prior knowledge (RFC 9113 §3.3)
     end
-    -- an idle h2 connection to this origin first
-    local list = (o.http2 or o.h2c) and h2_idle[key]
-    while list and #list > 0 do
-        local conn = list[#list]
-        list[#list] = nil
-        local can, _, dead = h2_state(conn.sess)
-        if can and not dead then
-            local head, nx, retry = h2_exchange(conn, o, u, false)
-            if head then return h2_result(head, nx) end
-            conn.sock:close()
-            if not retry then return nil, nx end
-        else
-            conn.sock:close()
+    local want_h2 = (u.scheme == "https" and o.http2 and not h1_origin[key])
+        or (u.scheme == "http" and o.h2c)
+    if not want_h2 then return h1_once(o, u, key) end
+    local closed_retried = false
+    for _ = 1, 3 do
+        local conn = h2_pick(key)
+        if not conn then
+            local c2, err = h2_open(o, u, key)
+            if c2 == false then return h1_once(o, u, key, err) end
+            if not c2 then return nil, err end
+            conn = c2
         end
+        local head, nx, retry = h2_exchange(conn, o, u)
+        if head then return h2_result(head, nx) end
+        if not retry then return nil, nx end
+        if nx == NOT_H2 then return h1_once(o, u, key) end
+        if nx == "closed" then
+            if closed_retried then return nil, nx end
+            closed_retried = true
+        end
+        -- a GOAWAY excluded it (not processed), or the connection closed before an answer to
+        -- an idempotent request: another connection may do
     end
-    for attempt = 1, 2 do
-        local sock = get_sock()
-        local left = o.deadline - now() -- seconds, as read_s computes them
-        if left <= 0 then return nil, "timeout" end
-        local ct = o.connect_ms and o.connect_ms / 1000 or left
-        c_settimeouts(sock, ct < left and ct or left, left, left)
-        o.rw_s = left
-        local copts = PLAIN[o.deny_private]
-        if u.scheme == "https" then
-            copts = { deny_private = o.deny_private, backlog = 0 }
-            copts.tls = { server_name = u.host:gsub("^%[(.*)%]$", "%1"), verify = o.verify,
-                cafile = o.cafile, alpn = o.http2 and "h2,http/1.1" or "http/1.1" }
-            -- h2 connections never go to k.socket's pool: a separate key keeps the two apart
-            copts.pool = key .. (o.http2 and "#h2,h1" or "#h1")
-        elseif o.h2c then
-            -- never parked in k.socket's pool; kept apart all the same
-            copts = { deny_private = o.deny_private, backlog = 0, pool = key }
-        end
-        local cok, cerr = waited(c_connect(sock, u.host, u.port, copts))
-        if not cok then
-            c_close(sock)
-            return nil, cerr
-        end
-        local nreused, alpn = c_reused(sock)
-        local reused = nreused > 0
-        if (u.scheme == "https" and alpn == "h2") or (u.scheme == "http" and o.h2c) then
-            local head, nx, retry = h2_exchange(h2_connection(sock, key), o, u, true)
-            if head then return h2_result(head, nx) end
-            c_close(sock)
-            if not (retry and reused and IDEMPOTENT[o.method]) or attempt == 2 then
-                return nil, nx
-            end
-        else
-            -- status, headers, reason, version, body, nx | nil, err, retry
-            local st, v2, v3, v4, v5, v6 = h1_exchange(sock, o, u)
-            if st then return st, v2, v3, v4, v5, v6 end
-            c_close(sock)
-            -- a pooled connection the server had closed: once more on a new one (idempotent only)
-            if not (v3 and reused and IDEMPOTENT[o.method]) or attempt == 2 then
-                return nil, v2
-            end
-        end
-    end
+    return nil, "closed"
 end
 
 -- ---- k.http.request ----
@@ -625,8 +793,11 @@ local function check_opts(t, url, method)
     if t.headers ~= nil and type(t.headers) ~= "table" then
         raise("k.http.request: headers must be a table, got a " .. type(t.headers))
     end
-    if t.body ~= nil and type(t.body) ~= "string" then
-        raise("k.http.request: body must be a string, got a " .. type(t.body))
+    local b = t.body
+    if b ~= nil and type(b) ~= "string" and type(b) ~= "function"
+            and not (type(b) == "table" and type(b.read) == "function") then
+        raise("k.http.request: body must be a string, a function giving chunks, or an object "
+            .. "with a read method, got a " .. type(b))
     end
     for i = 1, #NUMERIC_OPTS do
         local n = NUMERIC_OPTS[i]
@@ -658,11 +829,23 @@ local function request(t, url, method)
     -- included: the key's slot stays): LuaJIT then copies a template that has all the keys,
     -- where expression values would insert them one at a time, rehashing as the table grows
     -- (~9 rehashes per request with `o` and `res`, a fifth of k.http's instructions).
+    -- body: a string; a function or an object with a read method: streamed (body_src, and
+    -- body_len when the caller's Content-Length frames it)
+    local body, src = t.body, nil
+    if type(body) == "function" then
+        src, body = body, nil
+    elseif type(body) == "table" then
+        local rd = body
+        src, body = function() return rd:read() end, nil
+    end
     local o = { method = "", body = false, deadline = 0, connect_ms = false, read_ms = false,
         send_ms = false, max_body = 0, verify = true, cafile = false, http2 = true, h2c = false,
-        deny_private = false, keepalive_ms = 0, pool_size = 0, fields = false, rw_s = false }
-    o.method = method and method:upper() or (t.body and "POST" or "GET")
-    o.body = t.body
+        deny_private = false, keepalive_ms = 0, pool_size = 0, fields = false, rw_s = false,
+        body_src = false, body_len = false, body_pulled = false }
+    o.method = method and method:upper() or ((body or src) and "POST" or "GET")
+    o.body = body
+    o.body_src = src
+    o.body_len = nil
     o.deadline = now() + timeout
     o.connect_ms = t.connect_timeout and t.connect_timeout * 1000
     o.read_ms = t.read_timeout and t.read_timeout * 1000
@@ -693,7 +876,29 @@ local function request(t, url, method)
                 fields[#fields + 1] = "Accept-Encoding"
                 fields[#fields + 1] = "gzip, zstd"
             end
+            if o.body_src and seen["content-length"] then
+                -- the caller's length frames the streamed body (no chunked coding, and on h2
+                -- the content-length field): taken out of the fields, which the client owns
+                local kept = {}
+                for i = 1, #fields, 2 do
+                    if lower(fields[i]) == "content-length" then
+                        local n = tonumber(fields[i + 1])
+                        if not n or n < 0 or n % 1 ~= 0 then
+                            raise("k.http.request: Content-Length must be an integer >= 0, got "
+                                .. tostring(fields[i + 1]))
+                        end
+                        o.body_len = n
+                    else
+                        kept[#kept + 1] = fields[i]
+                        kept[#kept + 1] = fields[i + 1]
+                    end
+                end
+                fields = kept
+            end
             o.fields = fields
+        end
+        if o.body_pulled and hop > 0 then
+            return nil, "redirect: a streamed request body cannot be sent again"
         end
         -- headers: case-insensitive, lower-case keys; body: the whole body, or nil and nx
         local status, headers, reason, version, body, nx = once(o, u)
@@ -708,7 +913,7 @@ local function request(t, url, method)
             if not nu then return nil, "redirect: " .. nerr end
             if status == 303 or ((status == 301 or status == 302) and o.method == "POST") then
                 if o.method ~= "HEAD" then o.method = "GET" end
-                o.body = nil
+                o.body, o.body_src, o.body_len, o.body_pulled = nil, nil, nil, nil
             end
             u = nu
         else

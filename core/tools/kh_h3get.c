@@ -1,5 +1,7 @@
 /* kh_h3get.c: a small HTTP/3 client for specs and benchmarks (Debian 12's curl has no HTTP/3 and
- * gtlsclient 0.12 sends no request headers), on ngtcp2 0.12 + GnuTLS + nghttp3 0.8 client APIs.
+ * gtlsclient 0.12 sends no request headers), on ngtcp2 0.12 + GnuTLS + nghttp3 0.8 client APIs;
+ * the QUIC/HTTP/3 client set-up, shared callbacks and write loop are kh_h3cli.c's (with
+ * kh_h3load.c).
  * Owns:  one UDP socket, one QUIC connection at a time; a poll() loop (no libuv).
  * In:    argv: kh-h3get [options] https://HOST:PORT/PATH
  *          -X METHOD          request method (default GET, POST with -d)
@@ -58,12 +60,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <gnutls/crypto.h>
-#include <gnutls/gnutls.h>
-#include <netdb.h>
-#include <nghttp3/nghttp3.h>
-#include <ngtcp2/ngtcp2.h>
-#include <ngtcp2/ngtcp2_crypto.h>
-#include <ngtcp2/ngtcp2_crypto_gnutls.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +70,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kh_h3cli.h"
 #include "kh_http_decode.h"
+
+#define now_ns kh_h3cli_now_ns
 
 typedef struct {
     const char *method, *host, *port, *path, *authority;
@@ -95,14 +94,7 @@ typedef struct {
 } opts_t;
 
 typedef struct {
-    ngtcp2_conn *qc;
-    nghttp3_conn *h3;
-    gnutls_session_t tls;
-    gnutls_certificate_credentials_t cred;
-    ngtcp2_crypto_conn_ref ref;
-    int fd;
-    struct sockaddr_storage local, remote;
-    socklen_t locallen, remotelen;
+    kh_h3cli q; /* first: the callbacks' user data is both */
     int64_t sid;
     int done_requests, in_flight, status, failed, closed, body_sent;
     int complete; /* the current response ended */
@@ -131,28 +123,6 @@ void *kh_xcalloc(size_t n, size_t size)
     return p;
 }
 static int is_raw(client_t *c, int64_t sid);
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void rand_cb(uint8_t *p, size_t n, const ngtcp2_rand_ctx *c)
-{
-    (void)c;
-    gnutls_rnd(GNUTLS_RND_RANDOM, p, n);
-}
-
-static int get_new_cid(ngtcp2_conn *qc, ngtcp2_cid *cid, uint8_t *token, size_t len, void *ud)
-{
-    (void)qc, (void)ud;
-    gnutls_rnd(GNUTLS_RND_RANDOM, cid->data, len);
-    cid->datalen = len;
-    gnutls_rnd(GNUTLS_RND_RANDOM, token, NGTCP2_STATELESS_RESET_TOKENLEN);
-    return 0;
-}
 
 /* ---- nghttp3 ---- */
 
@@ -215,17 +185,8 @@ static int h_recv_data(nghttp3_conn *h, int64_t sid, const uint8_t *d, size_t n,
         write_body(NULL, (const char *)d, n);
     }
     c->body_bytes += (long long)n;
-    ngtcp2_conn_extend_max_stream_offset(c->qc, sid, n);
-    ngtcp2_conn_extend_max_offset(c->qc, n);
-    return 0;
-}
-
-static int h_deferred_consume(nghttp3_conn *h, int64_t sid, size_t n, void *ud, void *sud)
-{
-    (void)h, (void)sud;
-    client_t *c = ud;
-    ngtcp2_conn_extend_max_stream_offset(c->qc, sid, n);
-    ngtcp2_conn_extend_max_offset(c->qc, n);
+    ngtcp2_conn_extend_max_stream_offset(c->q.qc, sid, n);
+    ngtcp2_conn_extend_max_offset(c->q.qc, n);
     return 0;
 }
 
@@ -278,22 +239,6 @@ static int h_stream_close(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud,
     return 0;
 }
 
-static int h_stop_sending(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void *sud)
-{
-    (void)h, (void)sud;
-    client_t *c = ud;
-    ngtcp2_conn_shutdown_stream_read(c->qc, sid, code);
-    return 0;
-}
-
-static int h_reset_stream(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void *sud)
-{
-    (void)h, (void)sud;
-    client_t *c = ud;
-    ngtcp2_conn_shutdown_stream_write(c->qc, sid, code);
-    return 0;
-}
-
 static nghttp3_ssize read_body(nghttp3_conn *h, int64_t sid, nghttp3_vec *vec, size_t veccnt,
                                uint32_t *flags, void *ud, void *sud)
 {
@@ -326,7 +271,7 @@ static int conn_field(const char *n, size_t nl)
 /* 0 when submitted; 1 when the server's stream limit says wait (MAX_STREAMS comes later) */
 static int submit_request(client_t *c)
 {
-    int r = ngtcp2_conn_open_bidi_stream(c->qc, &c->sid, NULL);
+    int r = ngtcp2_conn_open_bidi_stream(c->q.qc, &c->sid, NULL);
     if (r == NGTCP2_ERR_STREAM_ID_BLOCKED)
         return 1;
     if (r != 0)
@@ -395,33 +340,19 @@ static int submit_request(client_t *c)
     c->complete = 0;
     c->status = 0;
     c->in_flight = 1;
-    return nghttp3_conn_submit_request(c->h3, c->sid, nv, k, O.body ? &dr : NULL, NULL);
+    return nghttp3_conn_submit_request(c->q.h3, c->sid, nv, k, O.body ? &dr : NULL, NULL);
 }
 
 static int setup_h3(client_t *c)
 {
     nghttp3_callbacks cb;
-    memset(&cb, 0, sizeof cb);
+    kh_h3cli_h3_callbacks(&cb);
     cb.recv_header = h_recv_header;
     cb.end_headers = h_end_headers;
     cb.recv_data = h_recv_data;
-    cb.deferred_consume = h_deferred_consume;
     cb.end_stream = h_end_stream;
     cb.stream_close = h_stream_close;
-    cb.stop_sending = h_stop_sending;
-    cb.reset_stream = h_reset_stream;
-    nghttp3_settings st;
-    nghttp3_settings_default(&st);
-    st.qpack_max_dtable_capacity = 4096;
-    st.qpack_blocked_streams = 100;
-    if (nghttp3_conn_client_new(&c->h3, &cb, &st, nghttp3_mem_default(), c) != 0)
-        return -1;
-    int64_t ctrl, enc, dec;
-    if (ngtcp2_conn_open_uni_stream(c->qc, &ctrl, NULL) ||
-        ngtcp2_conn_open_uni_stream(c->qc, &enc, NULL) ||
-        ngtcp2_conn_open_uni_stream(c->qc, &dec, NULL) ||
-        nghttp3_conn_bind_control_stream(c->h3, ctrl) ||
-        nghttp3_conn_bind_qpack_streams(c->h3, enc, dec))
+    if (kh_h3cli_setup_h3(&c->q, &cb, c) != 0)
         return -1;
     if (O.nraw)
         return 0; /* --raw-*: no request of our own */
@@ -468,38 +399,11 @@ static int q_recv_stream_data(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint
         ngtcp2_conn_extend_max_offset(qc, n);
         return 0;
     }
-    if (!c->h3)
+    if (!c->q.h3)
         return 0;
-    nghttp3_ssize r = nghttp3_conn_read_stream(c->h3, sid, d, n, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
-    if (r < 0) {
-        fprintf(stderr, "kh-h3get: %s\n", nghttp3_strerror((int)r));
+    if (kh_h3cli_read_stream(&c->q, flags, sid, d, n, "kh-h3get") != 0)
         return NGTCP2_ERR_CALLBACK_FAILURE;
-    }
-    ngtcp2_conn_extend_max_stream_offset(qc, sid, (uint64_t)r);
-    ngtcp2_conn_extend_max_offset(qc, (uint64_t)r);
     c->last_progress = now_ns();
-    return 0;
-}
-
-static int q_acked(ngtcp2_conn *qc, int64_t sid, uint64_t off, uint64_t n, void *ud, void *sud)
-{
-    (void)qc, (void)off, (void)sud;
-    client_t *c = ud;
-    return c->h3 && nghttp3_conn_add_ack_offset(c->h3, sid, n) ? NGTCP2_ERR_CALLBACK_FAILURE : 0;
-}
-
-static int q_stream_close(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint64_t code, void *ud,
-                          void *sud)
-{
-    (void)qc, (void)sud;
-    client_t *c = ud;
-    if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET))
-        code = NGHTTP3_H3_NO_ERROR;
-    if (c->h3) {
-        int r = nghttp3_conn_close_stream(c->h3, sid, code);
-        if (r != 0 && r != NGHTTP3_ERR_STREAM_NOT_FOUND)
-            return NGTCP2_ERR_CALLBACK_FAILURE;
-    }
     return 0;
 }
 
@@ -519,23 +423,7 @@ static int q_stream_reset(ngtcp2_conn *qc, int64_t sid, uint64_t fs, uint64_t co
         c->complete = 1;
         finish_request(c);
     }
-    if (c->h3)
-        nghttp3_conn_shutdown_stream_read(c->h3, sid);
-    return 0;
-}
-
-static int q_extend_stream_data(ngtcp2_conn *qc, int64_t sid, uint64_t max, void *ud, void *sud)
-{
-    (void)qc, (void)max, (void)sud;
-    client_t *c = ud;
-    if (c->h3)
-        nghttp3_conn_unblock_stream(c->h3, sid);
-    return 0;
-}
-
-static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
-{
-    return ((client_t *)ref->user_data)->qc;
+    return kh_h3cli_stream_reset(qc, sid, fs, code, ud, sud);
 }
 
 static int send_pkt(client_t *c, const uint8_t *p, size_t n)
@@ -544,7 +432,12 @@ static int send_pkt(client_t *c, const uint8_t *p, size_t n)
         memcpy(c->last_sent, p, n);
         c->last_sent_len = n;
     }
-    return send(c->fd, p, n, 0) < 0 && errno != EAGAIN ? -1 : 0;
+    return send(c->q.fd, p, n, 0) < 0 && errno != EAGAIN ? -1 : 0;
+}
+
+static int send_q(kh_h3cli *q, const uint8_t *p, size_t n)
+{
+    return send_pkt((client_t *)q, p, n);
 }
 
 static int is_raw(client_t *c, int64_t sid)
@@ -560,8 +453,8 @@ static int open_raw(client_t *c)
 {
     for (int i = 0; i < O.nraw; i++) {
         int64_t sid;
-        int r = O.raw[i].bidi ? ngtcp2_conn_open_bidi_stream(c->qc, &sid, NULL)
-                              : ngtcp2_conn_open_uni_stream(c->qc, &sid, NULL);
+        int r = O.raw[i].bidi ? ngtcp2_conn_open_bidi_stream(c->q.qc, &sid, NULL)
+                              : ngtcp2_conn_open_uni_stream(c->q.qc, &sid, NULL);
         if (r != 0) {
             fprintf(stderr, "kh-h3get: open stream: %s\n", ngtcp2_strerror(r));
             return -1;
@@ -583,7 +476,7 @@ static int write_raw(client_t *c)
             ngtcp2_vec v = {O.raw[i].b + c->raw_off[i], O.raw[i].n - c->raw_off[i]};
             ngtcp2_ssize nd = -1;
             ngtcp2_ssize n = ngtcp2_conn_writev_stream(
-                c->qc, &ps.path, &pi, buf, sizeof buf, &nd,
+                c->q.qc, &ps.path, &pi, buf, sizeof buf, &nd,
                 O.raw[i].bidi ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0, c->raw_sids[i], &v, 1, now_ns());
             if (n < 0) {
                 fprintf(stderr, "kh-h3get: raw stream: %s\n", ngtcp2_strerror((int)n));
@@ -614,7 +507,7 @@ static int write_out(client_t *c)
         static uint8_t partial[] = {0x01, 0x40, 0x64, 0x00};
         ngtcp2_vec v = {partial, sizeof partial};
         ngtcp2_ssize nd = -1;
-        ngtcp2_ssize n = ngtcp2_conn_writev_stream(c->qc, &ps.path, &pi, buf, sizeof buf, &nd, 0,
+        ngtcp2_ssize n = ngtcp2_conn_writev_stream(c->q.qc, &ps.path, &pi, buf, sizeof buf, &nd, 0,
                                                    c->sid, &v, 1, ts);
         if (n > 0 && nd == (ngtcp2_ssize)sizeof partial) {
             c->raw_pending = 0;
@@ -622,45 +515,7 @@ static int write_out(client_t *c)
                 return -1;
         }
     }
-    for (int guard = 0; guard < 100000; guard++) {
-        int64_t sid = -1;
-        int fin = 0;
-        nghttp3_vec vec[16];
-        nghttp3_ssize nv = 0;
-        if (c->h3 && ngtcp2_conn_get_max_data_left(c->qc)) {
-            nv = nghttp3_conn_writev_stream(c->h3, &sid, &fin, vec, 16);
-            if (nv < 0)
-                return -1;
-        }
-        ngtcp2_ssize nd = -1;
-        uint32_t fl = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
-        ngtcp2_ssize n = ngtcp2_conn_writev_stream(c->qc, &ps.path, &pi, buf, sizeof buf, &nd, fl,
-                                                   sid, (const ngtcp2_vec *)vec, (size_t)nv, ts);
-        if (n < 0) {
-            if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) {
-                nghttp3_conn_block_stream(c->h3, sid);
-                continue;
-            }
-            if (n == NGTCP2_ERR_STREAM_SHUT_WR) {
-                nghttp3_conn_shutdown_stream_write(c->h3, sid);
-                continue;
-            }
-            if (n == NGTCP2_ERR_WRITE_MORE) {
-                nghttp3_conn_add_write_offset(c->h3, sid, (size_t)nd);
-                continue;
-            }
-            fprintf(stderr, "kh-h3get: write: %s\n", ngtcp2_strerror((int)n));
-            return -1;
-        }
-        if (nd >= 0 && c->h3)
-            nghttp3_conn_add_write_offset(c->h3, sid, (size_t)nd);
-        if (n == 0)
-            break;
-        if (send_pkt(c, buf, (size_t)n) != 0)
-            return -1;
-    }
-    ngtcp2_conn_update_pkt_tx_time(c->qc, ts);
-    return 0;
+    return kh_h3cli_write(&c->q, send_q, "kh-h3get");
 }
 
 static int client_open(client_t *c)
@@ -675,79 +530,18 @@ static int client_open(client_t *c)
         fprintf(stderr, "kh-h3get: cannot resolve %s\n", O.host);
         return -1;
     }
-    c->fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (c->fd < 0 || connect(c->fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        fprintf(stderr, "kh-h3get: connect: %s\n", strerror(errno));
-        freeaddrinfo(ai);
-        return -1;
-    }
-    memcpy(&c->remote, ai->ai_addr, ai->ai_addrlen);
-    c->remotelen = ai->ai_addrlen;
+    int r = kh_h3cli_socket(&c->q, ai, 0, "kh-h3get");
     freeaddrinfo(ai);
-    c->locallen = sizeof c->local;
-    getsockname(c->fd, (struct sockaddr *)&c->local, &c->locallen);
+    if (r != 0)
+        return -1;
 
     ngtcp2_callbacks cb;
-    memset(&cb, 0, sizeof cb);
-    cb.client_initial = ngtcp2_crypto_client_initial_cb;
-    cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
-    cb.encrypt = ngtcp2_crypto_encrypt_cb;
-    cb.decrypt = ngtcp2_crypto_decrypt_cb;
-    cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
-    cb.recv_retry = ngtcp2_crypto_recv_retry_cb;
-    cb.update_key = ngtcp2_crypto_update_key_cb;
-    cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
-    cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
-    cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
-    cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
-    cb.rand = rand_cb;
-    cb.get_new_connection_id = get_new_cid;
+    kh_h3cli_callbacks(&cb);
     cb.handshake_completed = q_handshake_completed;
     cb.recv_stream_data = q_recv_stream_data;
-    cb.acked_stream_data_offset = q_acked;
-    cb.stream_close = q_stream_close;
     cb.stream_reset = q_stream_reset;
     cb.stream_stop_sending = q_stream_stop_sending;
-    cb.extend_max_stream_data = q_extend_stream_data;
-
-    ngtcp2_cid dcid, scid;
-    dcid.datalen = 18;
-    scid.datalen = 18;
-    gnutls_rnd(GNUTLS_RND_RANDOM, dcid.data, dcid.datalen);
-    gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen);
-    if (O.dcid_byte >= 0)
-        dcid.data[0] = (uint8_t)O.dcid_byte;
-    ngtcp2_settings st;
-    ngtcp2_settings_default(&st);
-    st.initial_ts = now_ns();
-    ngtcp2_transport_params p;
-    ngtcp2_transport_params_default(&p);
-    p.initial_max_stream_data_bidi_local = 1 << 20;
-    p.initial_max_stream_data_uni = 1 << 20;
-    p.initial_max_data = 4 << 20;
-    p.initial_max_streams_uni = 3;
-    p.max_idle_timeout = (uint64_t)(O.timeout * 1e9);
-    ngtcp2_path path = {{(struct sockaddr *)&c->local, c->locallen},
-                        {(struct sockaddr *)&c->remote, c->remotelen},
-                        NULL};
-    if (ngtcp2_conn_client_new(&c->qc, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &st, &p,
-                               NULL, c) != 0)
-        return -1;
-    gnutls_certificate_allocate_credentials(&c->cred);
-    gnutls_init(&c->tls, GNUTLS_CLIENT | GNUTLS_ENABLE_EARLY_DATA | GNUTLS_NO_END_OF_EARLY_DATA);
-    gnutls_priority_set_direct(c->tls,
-        "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:"
-        "+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CCM", NULL);
-    ngtcp2_crypto_gnutls_configure_client_session(c->tls);
-    gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, c->cred);
-    c->ref.get_conn = get_conn;
-    c->ref.user_data = c;
-    gnutls_session_set_ptr(c->tls, &c->ref);
-    gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
-    gnutls_alpn_set_protocols(c->tls, &alpn, 1, 0);
-    gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, "localhost", 9);
-    ngtcp2_conn_set_tls_native_handle(c->qc, c->tls);
-    return 0;
+    return kh_h3cli_connect(&c->q, &cb, O.dcid_byte, 0, 4 << 20, O.timeout, c);
 }
 
 /* Waits up to ms for a datagram; returns its length (0: none). */
@@ -787,14 +581,14 @@ static void replay(client_t *c, const uint8_t *pkt, size_t n)
     memcpy(out, pkt, n < sizeof out ? n : sizeof out);
     int closes = 0, resets = 0, strays = 0;
     nreset_tokens = 0;
-    if (ngtcp2_conn_get_num_active_dcid(c->qc) <= 8)
-        nreset_tokens = ngtcp2_conn_get_active_dcid(c->qc, reset_tokens);
+    if (ngtcp2_conn_get_num_active_dcid(c->q.qc) <= 8)
+        nreset_tokens = ngtcp2_conn_get_active_dcid(c->q.qc, reset_tokens);
     for (int i = 0; i < O.replay; i++) {
-        (void)send(c->fd, out, sizeof out, 0);
+        (void)send(c->q.fd, out, sizeof out, 0);
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }
-    for (size_t k; (k = recv_wait(c->fd, buf, sizeof buf, 300)) > 0;) {
+    for (size_t k; (k = recv_wait(c->q.fd, buf, sizeof buf, 300)) > 0;) {
         const char *kind = reply_kind(c, buf, k);
         if (kind[0] == 'c')
             closes++;
@@ -807,10 +601,10 @@ static void replay(client_t *c, const uint8_t *pkt, size_t n)
     if (O.replay_late_ms > 0) {
         struct timespec ts = {O.replay_late_ms / 1000, (long)(O.replay_late_ms % 1000) * 1000000};
         nanosleep(&ts, NULL);
-        while (recv_wait(c->fd, buf, sizeof buf, 0) > 0) {
+        while (recv_wait(c->q.fd, buf, sizeof buf, 0) > 0) {
         }
-        (void)send(c->fd, out, sizeof out, 0);
-        size_t k = recv_wait(c->fd, buf, sizeof buf, 500);
+        (void)send(c->q.fd, out, sizeof out, 0);
+        size_t k = recv_wait(c->q.fd, buf, sizeof buf, 500);
         printf("late: %s\n", k == 0 ? "none" : reply_kind(c, buf, k));
     }
     fflush(stdout);
@@ -818,20 +612,13 @@ static void replay(client_t *c, const uint8_t *pkt, size_t n)
 
 static void client_close(client_t *c)
 {
-    if (c->qc && c->closed && O.replay > 0 && c->last_sent_len)
+    if (c->q.qc && c->closed && O.replay > 0 && c->last_sent_len)
         replay(c, c->last_sent, c->last_sent_len); /* the server closed */
-    if (c->qc && !c->closed) {
-        uint8_t buf[1452];
-        ngtcp2_path_storage ps;
-        ngtcp2_path_storage_zero(&ps);
-        ngtcp2_pkt_info pi;
-        ngtcp2_connection_close_error e;
-        ngtcp2_connection_close_error_default(&e);
-        ngtcp2_connection_close_error_set_application_error(&e, NGHTTP3_H3_NO_ERROR, NULL, 0);
-        ngtcp2_ssize n = ngtcp2_conn_write_connection_close(c->qc, &ps.path, &pi, buf, sizeof buf,
-                                                            &e, now_ns());
+    if (c->q.qc && !c->closed) {
+        uint8_t buf[KH_H3CLI_MAX_UDP];
+        ngtcp2_ssize n = kh_h3cli_close_pkt(&c->q, buf);
         if (n > 0) {
-            (void)send(c->fd, buf, (size_t)n, 0);
+            (void)send(c->q.fd, buf, (size_t)n, 0);
             if (O.replay > 0) { /* we closed: the server drains */
                 memcpy(c->close_pkt, buf, (size_t)n);
                 c->close_pkt_len = (size_t)n;
@@ -841,16 +628,7 @@ static void client_close(client_t *c)
     }
     if (c->dec)
         kh_hd_free(c->dec);
-    if (c->h3)
-        nghttp3_conn_del(c->h3);
-    if (c->qc)
-        ngtcp2_conn_del(c->qc);
-    if (c->tls)
-        gnutls_deinit(c->tls);
-    if (c->cred)
-        gnutls_certificate_free_credentials(c->cred);
-    if (c->fd >= 0)
-        close(c->fd);
+    kh_h3cli_free(&c->q);
 }
 
 /* One connection, O.repeat requests. 0 when all completed. */
@@ -888,13 +666,13 @@ static int run_conn(void)
             }
             c.last_progress = now_ns();
         }
-        if (c.h3 && !O.nraw && !c.in_flight && c.done_requests < O.repeat) {
+        if (c.q.h3 && !O.nraw && !c.in_flight && c.done_requests < O.repeat) {
             if (submit_request(&c) < 0)
                 break;
             if (write_out(&c) != 0)
                 break;
         }
-        uint64_t now = now_ns(), exp = ngtcp2_conn_get_expiry(c.qc);
+        uint64_t now = now_ns(), exp = ngtcp2_conn_get_expiry(c.q.qc);
         if (now - c.last_progress > (uint64_t)(O.timeout * 1e9)) {
             fprintf(stderr, "kh-h3get: timed out\n");
             break;
@@ -902,19 +680,19 @@ static int run_conn(void)
         int ms = exp <= now ? 0 : (int)((exp - now) / 1000000 + 1);
         if (ms > 100)
             ms = 100;
-        struct pollfd pfd = {c.fd, POLLIN, 0};
+        struct pollfd pfd = {c.q.fd, POLLIN, 0};
         int pr = poll(&pfd, 1, ms);
         if (pr > 0) {
             uint8_t buf[65536];
             for (;;) {
-                ssize_t n = recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+                ssize_t n = recv(c.q.fd, buf, sizeof buf, MSG_DONTWAIT);
                 if (n < 0)
                     break;
-                ngtcp2_path path = {{(struct sockaddr *)&c.local, c.locallen},
-                                    {(struct sockaddr *)&c.remote, c.remotelen},
+                ngtcp2_path path = {{(struct sockaddr *)&c.q.local, c.q.locallen},
+                                    {(struct sockaddr *)&c.q.remote, c.q.remotelen},
                                     NULL};
                 ngtcp2_pkt_info pi = {0};
-                int r = ngtcp2_conn_read_pkt(c.qc, &path, &pi, buf, (size_t)n, now_ns());
+                int r = ngtcp2_conn_read_pkt(c.q.qc, &path, &pi, buf, (size_t)n, now_ns());
                 if (r != 0) {
                     if (r == NGTCP2_ERR_DRAINING && (size_t)n <= sizeof c.close_pkt) {
                         memcpy(c.close_pkt, buf, (size_t)n); /* for --replay */
@@ -922,7 +700,7 @@ static int run_conn(void)
                     }
                     if (r == NGTCP2_ERR_DRAINING || r == NGTCP2_ERR_CLOSING) {
                         ngtcp2_connection_close_error ce;
-                        ngtcp2_conn_get_connection_close_error(c.qc, &ce);
+                        ngtcp2_conn_get_connection_close_error(c.q.qc, &ce);
                         fprintf(stderr, "kh-h3get: the server closed the connection (%s 0x%llx)\n",
                                 ce.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION
                                     ? "application" : "transport",
@@ -935,8 +713,8 @@ static int run_conn(void)
                 }
             }
         }
-        if (ngtcp2_conn_get_expiry(c.qc) <= now_ns()) {
-            int r = ngtcp2_conn_handle_expiry(c.qc, now_ns());
+        if (ngtcp2_conn_get_expiry(c.q.qc) <= now_ns()) {
+            int r = ngtcp2_conn_handle_expiry(c.q.qc, now_ns());
             if (r == NGTCP2_ERR_IDLE_CLOSE) {
                 fprintf(stderr, "kh-h3get: idle timeout: the connection is closed\n");
                 c.closed = 1;
@@ -1153,7 +931,8 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if (!url || strncmp(url, "https://", 8) != 0 || O.repeat < 1 || O.conns < 1)
+    kh_h3cli_url u;
+    if (!url || kh_h3cli_parse_url(url, &u) != 0 || O.repeat < 1 || O.conns < 1)
         usage();
     if (form.len) { /* -F: the close delimiter, and the body's Content-Type */
         static char ctype[128];
@@ -1172,26 +951,10 @@ int main(int argc, char **argv)
     }
     if (!O.method)
         O.method = O.protocol ? "CONNECT" : O.body ? "POST" : "GET";
-    static char host[300], port[300] = "443", authority[300];
-    const char *h = url + 8, *slash = strchr(h, '/');
-    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
-    snprintf(authority, sizeof authority, "%.*s", (int)hl, h);
-    O.path = slash ? slash : "/";
-    const char *colon = strrchr(authority, ':');
-    if (authority[0] == '[') {
-        const char *end = strchr(authority, ']');
-        snprintf(host, sizeof host, "%.*s", (int)(end - authority - 1), authority + 1);
-        if (end[1] == ':')
-            snprintf(port, sizeof port, "%s", end + 2);
-    } else if (colon) {
-        snprintf(host, sizeof host, "%.*s", (int)(colon - authority), authority);
-        snprintf(port, sizeof port, "%s", colon + 1);
-    } else {
-        snprintf(host, sizeof host, "%s", authority);
-    }
-    O.host = host;
-    O.port = port;
-    O.authority = authority;
+    O.host = u.host;
+    O.port = u.port;
+    O.authority = u.authority;
+    O.path = u.path;
     O.dump = dump ? (strcmp(dump, "-") == 0 ? stdout : fopen(dump, "w")) : NULL;
     O.out = out ? (strcmp(out, "/dev/null") == 0 ? NULL : fopen(out, "wb")) : stdout;
     int failed = 0;

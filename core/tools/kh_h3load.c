@@ -1,5 +1,6 @@
 /* kh_h3load.c: an HTTP/3 load generator for benchmarks and specs (Debian 12's h2load has no
- * HTTP/3), on the ngtcp2 0.12 + GnuTLS + nghttp3 0.8 client APIs, like kh_h3get.c.
+ * HTTP/3), on the ngtcp2 0.12 + GnuTLS + nghttp3 0.8 client APIs; the client set-up, shared
+ * callbacks and write loop are kh_h3cli.c's (with kh_h3get.c).
  * Owns:  C QUIC connections, each on a connected UDP socket of its own, with up to M requests in
  *        flight on each; one thread, one epoll loop (no libuv).
  * In:    argv: kh-h3load [options] https://HOST:PORT/PATH
@@ -16,13 +17,6 @@
  * Never: verifies the server's certificate (a test tool, like curl -k); reads response bodies
  *        beyond counting them. */
 #include <errno.h>
-#include <gnutls/crypto.h>
-#include <gnutls/gnutls.h>
-#include <netdb.h>
-#include <nghttp3/nghttp3.h>
-#include <ngtcp2/ngtcp2.h>
-#include <ngtcp2/ngtcp2_crypto.h>
-#include <ngtcp2/ngtcp2_crypto_gnutls.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_UDP 1452
+#include "kh_h3cli.h"
+
+#define now_ns kh_h3cli_now_ns
 
 typedef struct {
     const char *host, *port, *path, *authority;
@@ -51,14 +47,7 @@ typedef struct req {
 } req_t;
 
 typedef struct client {
-    ngtcp2_conn *qc;
-    nghttp3_conn *h3;
-    gnutls_session_t tls;
-    gnutls_certificate_credentials_t cred;
-    ngtcp2_crypto_conn_ref ref;
-    int fd;
-    struct sockaddr_storage local, remote;
-    socklen_t locallen, remotelen;
+    kh_h3cli q;    /* first: the callbacks' user data is both */
     int ready;     /* HTTP/3 is set up */
     int blocked;   /* the server's stream limit: wait for MAX_STREAMS */
     int dead;
@@ -78,13 +67,6 @@ static struct {
 } S;
 static struct addrinfo *target;
 static int epfd;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void *xmalloc(size_t n)
 {
@@ -181,17 +163,8 @@ static int h_recv_data(nghttp3_conn *h, int64_t sid, const uint8_t *d, size_t n,
 {
     (void)h, (void)d, (void)sud;
     client_t *c = ud;
-    ngtcp2_conn_extend_max_stream_offset(c->qc, sid, n);
-    ngtcp2_conn_extend_max_offset(c->qc, n);
-    return 0;
-}
-
-static int h_deferred_consume(nghttp3_conn *h, int64_t sid, size_t n, void *ud, void *sud)
-{
-    (void)h, (void)sud;
-    client_t *c = ud;
-    ngtcp2_conn_extend_max_stream_offset(c->qc, sid, n);
-    ngtcp2_conn_extend_max_offset(c->qc, n);
+    ngtcp2_conn_extend_max_stream_offset(c->q.qc, sid, n);
+    ngtcp2_conn_extend_max_offset(c->q.qc, n);
     return 0;
 }
 
@@ -215,27 +188,11 @@ static int h_stream_close(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud,
     return 0;
 }
 
-static int h_stop_sending(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void *sud)
-{
-    (void)h, (void)sud;
-    client_t *c = ud;
-    ngtcp2_conn_shutdown_stream_read(c->qc, sid, code);
-    return 0;
-}
-
-static int h_reset_stream(nghttp3_conn *h, int64_t sid, uint64_t code, void *ud, void *sud)
-{
-    (void)h, (void)sud;
-    client_t *c = ud;
-    ngtcp2_conn_shutdown_stream_write(c->qc, sid, code);
-    return 0;
-}
-
 /* 0 submitted, 1 the server's stream limit says wait, -1 error */
 static int submit_request(client_t *c)
 {
     int64_t sid;
-    int rv = ngtcp2_conn_open_bidi_stream(c->qc, &sid, NULL);
+    int rv = ngtcp2_conn_open_bidi_stream(c->q.qc, &sid, NULL);
     if (rv == NGTCP2_ERR_STREAM_ID_BLOCKED) {
         c->blocked = 1;
         return 1;
@@ -267,7 +224,7 @@ static int submit_request(client_t *c)
         nv[k++] = NV(names[i], nl, v, strlen(v));
     }
     req_t *r = req_new(c);
-    if (nghttp3_conn_submit_request(c->h3, sid, nv, k, NULL, r) != 0) {
+    if (nghttp3_conn_submit_request(c->q.h3, sid, nv, k, NULL, r) != 0) {
         req_free(r);
         return -1;
     }
@@ -279,47 +236,18 @@ static int submit_request(client_t *c)
 static int setup_h3(client_t *c)
 {
     nghttp3_callbacks cb;
-    memset(&cb, 0, sizeof cb);
+    kh_h3cli_h3_callbacks(&cb);
     cb.recv_header = h_recv_header;
     cb.recv_data = h_recv_data;
-    cb.deferred_consume = h_deferred_consume;
     cb.end_stream = h_end_stream;
     cb.stream_close = h_stream_close;
-    cb.stop_sending = h_stop_sending;
-    cb.reset_stream = h_reset_stream;
-    nghttp3_settings st;
-    nghttp3_settings_default(&st);
-    st.qpack_max_dtable_capacity = 4096;
-    st.qpack_blocked_streams = 100;
-    if (nghttp3_conn_client_new(&c->h3, &cb, &st, nghttp3_mem_default(), c) != 0)
-        return -1;
-    int64_t ctrl, enc, dec;
-    if (ngtcp2_conn_open_uni_stream(c->qc, &ctrl, NULL) ||
-        ngtcp2_conn_open_uni_stream(c->qc, &enc, NULL) ||
-        ngtcp2_conn_open_uni_stream(c->qc, &dec, NULL) ||
-        nghttp3_conn_bind_control_stream(c->h3, ctrl) ||
-        nghttp3_conn_bind_qpack_streams(c->h3, enc, dec))
+    if (kh_h3cli_setup_h3(&c->q, &cb, c) != 0)
         return -1;
     c->ready = 1;
     return 0;
 }
 
 /* ---- ngtcp2 ---- */
-
-static void rand_cb(uint8_t *p, size_t n, const ngtcp2_rand_ctx *ctx)
-{
-    (void)ctx;
-    gnutls_rnd(GNUTLS_RND_RANDOM, p, n);
-}
-
-static int get_new_cid(ngtcp2_conn *qc, ngtcp2_cid *cid, uint8_t *token, size_t len, void *ud)
-{
-    (void)qc, (void)ud;
-    gnutls_rnd(GNUTLS_RND_RANDOM, cid->data, len);
-    cid->datalen = len;
-    gnutls_rnd(GNUTLS_RND_RANDOM, token, NGTCP2_STATELESS_RESET_TOKENLEN);
-    return 0;
-}
 
 static int q_handshake_completed(ngtcp2_conn *qc, void *ud)
 {
@@ -330,59 +258,12 @@ static int q_handshake_completed(ngtcp2_conn *qc, void *ud)
 static int q_recv_stream_data(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint64_t off,
                               const uint8_t *d, size_t n, void *ud, void *sud)
 {
-    (void)off, (void)sud;
-    client_t *c = ud;
-    if (!c->h3)
-        return 0;
-    nghttp3_ssize r = nghttp3_conn_read_stream(c->h3, sid, d, n, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
-    if (r < 0) {
-        fprintf(stderr, "kh-h3load: %s\n", nghttp3_strerror((int)r));
-        return NGTCP2_ERR_CALLBACK_FAILURE;
-    }
-    ngtcp2_conn_extend_max_stream_offset(qc, sid, (uint64_t)r);
-    ngtcp2_conn_extend_max_offset(qc, (uint64_t)r);
-    return 0;
-}
-
-static int q_acked(ngtcp2_conn *qc, int64_t sid, uint64_t off, uint64_t n, void *ud, void *sud)
-{
     (void)qc, (void)off, (void)sud;
     client_t *c = ud;
-    return c->h3 && nghttp3_conn_add_ack_offset(c->h3, sid, n) ? NGTCP2_ERR_CALLBACK_FAILURE : 0;
-}
-
-static int q_stream_close(ngtcp2_conn *qc, uint32_t flags, int64_t sid, uint64_t code, void *ud,
-                          void *sud)
-{
-    (void)qc, (void)sud;
-    client_t *c = ud;
-    if (!(flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET))
-        code = NGHTTP3_H3_NO_ERROR;
-    if (c->h3) {
-        int r = nghttp3_conn_close_stream(c->h3, sid, code);
-        if (r != 0 && r != NGHTTP3_ERR_STREAM_NOT_FOUND)
-            return NGTCP2_ERR_CALLBACK_FAILURE;
-    }
-    return 0;
-}
-
-static int q_stream_reset(ngtcp2_conn *qc, int64_t sid, uint64_t fs, uint64_t code, void *ud,
-                          void *sud)
-{
-    (void)qc, (void)fs, (void)code, (void)sud;
-    client_t *c = ud;
-    if (c->h3)
-        nghttp3_conn_shutdown_stream_read(c->h3, sid);
-    return 0;
-}
-
-static int q_extend_stream_data(ngtcp2_conn *qc, int64_t sid, uint64_t max, void *ud, void *sud)
-{
-    (void)qc, (void)max, (void)sud;
-    client_t *c = ud;
-    if (c->h3)
-        nghttp3_conn_unblock_stream(c->h3, sid);
-    return 0;
+    if (!c->q.h3)
+        return 0;
+    return kh_h3cli_read_stream(&c->q, flags, sid, d, n, "kh-h3load") == 0
+               ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
 }
 
 static int q_extend_bidi(ngtcp2_conn *qc, uint64_t max, void *ud)
@@ -392,17 +273,10 @@ static int q_extend_bidi(ngtcp2_conn *qc, uint64_t max, void *ud)
     return 0;
 }
 
-static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
-{
-    return ((client_t *)ref->user_data)->qc;
-}
-
 /* Requests still without a response count as failed (lost with the connection). */
 static void client_free(client_t *c)
 {
     c->dying = 1;
-    if (c->h3)
-        nghttp3_conn_del(c->h3);
     while (c->reqs.next != &c->reqs) {
         req_t *r = c->reqs.next;
         if (!r->done) {
@@ -412,17 +286,10 @@ static void client_free(client_t *c)
         }
         req_free(r);
     }
-    if (c->qc)
-        ngtcp2_conn_del(c->qc);
-    if (c->tls)
-        gnutls_deinit(c->tls);
-    if (c->cred)
-        gnutls_certificate_free_credentials(c->cred);
-    if (c->fd >= 0)
-        close(c->fd);
+    kh_h3cli_free(&c->q);
     int idx = c->idx;
     memset(c, 0, sizeof *c);
-    c->fd = -1;
+    c->q.fd = -1;
     c->idx = idx;
     c->dead = 1;
 }
@@ -433,80 +300,19 @@ static int client_open(client_t *c)
     memset(c, 0, sizeof *c);
     c->idx = idx;
     c->reqs.prev = c->reqs.next = &c->reqs;
-    c->fd = socket(target->ai_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (c->fd < 0 || connect(c->fd, target->ai_addr, target->ai_addrlen) != 0) {
-        fprintf(stderr, "kh-h3load: connect: %s\n", strerror(errno));
+    if (kh_h3cli_socket(&c->q, target, SOCK_NONBLOCK, "kh-h3load") != 0)
         return -1;
-    }
     int rcvbuf = 4 << 20;
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    memcpy(&c->remote, target->ai_addr, target->ai_addrlen);
-    c->remotelen = target->ai_addrlen;
-    c->locallen = sizeof c->local;
-    getsockname(c->fd, (struct sockaddr *)&c->local, &c->locallen);
+    setsockopt(c->q.fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev);
+    epoll_ctl(epfd, EPOLL_CTL_ADD, c->q.fd, &ev);
 
     ngtcp2_callbacks cb;
-    memset(&cb, 0, sizeof cb);
-    cb.client_initial = ngtcp2_crypto_client_initial_cb;
-    cb.recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb;
-    cb.encrypt = ngtcp2_crypto_encrypt_cb;
-    cb.decrypt = ngtcp2_crypto_decrypt_cb;
-    cb.hp_mask = ngtcp2_crypto_hp_mask_cb;
-    cb.recv_retry = ngtcp2_crypto_recv_retry_cb;
-    cb.update_key = ngtcp2_crypto_update_key_cb;
-    cb.delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb;
-    cb.delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb;
-    cb.get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb;
-    cb.version_negotiation = ngtcp2_crypto_version_negotiation_cb;
-    cb.rand = rand_cb;
-    cb.get_new_connection_id = get_new_cid;
+    kh_h3cli_callbacks(&cb);
     cb.handshake_completed = q_handshake_completed;
     cb.recv_stream_data = q_recv_stream_data;
-    cb.acked_stream_data_offset = q_acked;
-    cb.stream_close = q_stream_close;
-    cb.stream_reset = q_stream_reset;
-    cb.extend_max_stream_data = q_extend_stream_data;
     cb.extend_max_local_streams_bidi = q_extend_bidi;
-
-    ngtcp2_cid dcid, scid;
-    dcid.datalen = 18;
-    scid.datalen = 18;
-    gnutls_rnd(GNUTLS_RND_RANDOM, dcid.data, dcid.datalen);
-    gnutls_rnd(GNUTLS_RND_RANDOM, scid.data, scid.datalen);
-    ngtcp2_settings st;
-    ngtcp2_settings_default(&st);
-    st.initial_ts = now_ns();
-    st.max_tx_udp_payload_size = MAX_UDP;
-    ngtcp2_transport_params p;
-    ngtcp2_transport_params_default(&p);
-    p.initial_max_stream_data_bidi_local = 1 << 20;
-    p.initial_max_stream_data_uni = 1 << 20;
-    p.initial_max_data = 16 << 20;
-    p.initial_max_streams_uni = 3;
-    p.max_idle_timeout = (uint64_t)(O.timeout * 1e9);
-    ngtcp2_path path = {{(struct sockaddr *)&c->local, c->locallen},
-                        {(struct sockaddr *)&c->remote, c->remotelen},
-                        NULL};
-    if (ngtcp2_conn_client_new(&c->qc, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &cb, &st, &p,
-                               NULL, c) != 0)
-        return -1;
-    gnutls_certificate_allocate_credentials(&c->cred);
-    gnutls_init(&c->tls, GNUTLS_CLIENT | GNUTLS_ENABLE_EARLY_DATA | GNUTLS_NO_END_OF_EARLY_DATA);
-    gnutls_priority_set_direct(c->tls,
-        "%DISABLE_TLS13_COMPAT_MODE:NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:"
-        "+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CCM", NULL);
-    ngtcp2_crypto_gnutls_configure_client_session(c->tls);
-    gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, c->cred);
-    c->ref.get_conn = get_conn;
-    c->ref.user_data = c;
-    gnutls_session_set_ptr(c->tls, &c->ref);
-    gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
-    gnutls_alpn_set_protocols(c->tls, &alpn, 1, 0);
-    gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, "localhost", 9);
-    ngtcp2_conn_set_tls_native_handle(c->qc, c->tls);
-    return 0;
+    return kh_h3cli_connect(&c->q, &cb, -1, KH_H3CLI_MAX_UDP, 16 << 20, O.timeout, c);
 }
 
 /* The connection failed: its requests in flight count as failed (lost). */
@@ -516,58 +322,21 @@ static void client_fail(client_t *c, const char *why)
     client_free(c);
 }
 
+static int send_pkt(kh_h3cli *q, const uint8_t *p, size_t n)
+{
+    return send(q->fd, p, n, 0) < 0 && errno != EAGAIN && errno != ECONNREFUSED ? -1 : 0;
+}
+
 static int write_out(client_t *c)
 {
-    uint8_t buf[MAX_UDP];
-    ngtcp2_path_storage ps;
-    ngtcp2_path_storage_zero(&ps);
-    ngtcp2_pkt_info pi;
-    uint64_t ts = now_ns();
-    for (int guard = 0; guard < 100000; guard++) {
-        int64_t sid = -1;
-        int fin = 0;
-        nghttp3_vec vec[16];
-        nghttp3_ssize nv = 0;
-        if (c->h3 && ngtcp2_conn_get_max_data_left(c->qc)) {
-            nv = nghttp3_conn_writev_stream(c->h3, &sid, &fin, vec, 16);
-            if (nv < 0)
-                return -1;
-        }
-        ngtcp2_ssize nd = -1;
-        uint32_t fl = NGTCP2_WRITE_STREAM_FLAG_MORE | (fin ? NGTCP2_WRITE_STREAM_FLAG_FIN : 0);
-        ngtcp2_ssize n = ngtcp2_conn_writev_stream(c->qc, &ps.path, &pi, buf, sizeof buf, &nd, fl,
-                                                   sid, (const ngtcp2_vec *)vec, (size_t)nv, ts);
-        if (n < 0) {
-            if (n == NGTCP2_ERR_STREAM_DATA_BLOCKED) {
-                nghttp3_conn_block_stream(c->h3, sid);
-                continue;
-            }
-            if (n == NGTCP2_ERR_STREAM_SHUT_WR) {
-                nghttp3_conn_shutdown_stream_write(c->h3, sid);
-                continue;
-            }
-            if (n == NGTCP2_ERR_WRITE_MORE) {
-                nghttp3_conn_add_write_offset(c->h3, sid, (size_t)nd);
-                continue;
-            }
-            return -1;
-        }
-        if (nd >= 0 && c->h3)
-            nghttp3_conn_add_write_offset(c->h3, sid, (size_t)nd);
-        if (n == 0)
-            break;
-        if (send(c->fd, buf, (size_t)n, 0) < 0 && errno != EAGAIN && errno != ECONNREFUSED)
-            return -1;
-    }
-    ngtcp2_conn_update_pkt_tx_time(c->qc, ts);
-    return 0;
+    return kh_h3cli_write(&c->q, send_pkt, NULL);
 }
 
 static void read_in(client_t *c)
 {
     uint8_t buf[65536];
     for (;;) {
-        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+        ssize_t n = recv(c->q.fd, buf, sizeof buf, 0);
         if (n < 0) {
             if (errno == ECONNREFUSED) {
                 client_fail(c, "connection refused");
@@ -575,16 +344,16 @@ static void read_in(client_t *c)
             }
             break;
         }
-        ngtcp2_path path = {{(struct sockaddr *)&c->local, c->locallen},
-                            {(struct sockaddr *)&c->remote, c->remotelen},
+        ngtcp2_path path = {{(struct sockaddr *)&c->q.local, c->q.locallen},
+                            {(struct sockaddr *)&c->q.remote, c->q.remotelen},
                             NULL};
         ngtcp2_pkt_info pi = {0};
-        int r = ngtcp2_conn_read_pkt(c->qc, &path, &pi, buf, (size_t)n, now_ns());
+        int r = ngtcp2_conn_read_pkt(c->q.qc, &path, &pi, buf, (size_t)n, now_ns());
         if (r != 0) {
             char why[128];
             if (r == NGTCP2_ERR_DRAINING || r == NGTCP2_ERR_CLOSING) {
                 ngtcp2_connection_close_error ce;
-                ngtcp2_conn_get_connection_close_error(c->qc, &ce);
+                ngtcp2_conn_get_connection_close_error(c->q.qc, &ce);
                 snprintf(why, sizeof why, "closed by the server (%s 0x%llx)",
                          ce.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION
                              ? "application" : "transport",
@@ -600,17 +369,10 @@ static void read_in(client_t *c)
 
 static void close_gracefully(client_t *c)
 {
-    uint8_t buf[MAX_UDP];
-    ngtcp2_path_storage ps;
-    ngtcp2_path_storage_zero(&ps);
-    ngtcp2_pkt_info pi;
-    ngtcp2_connection_close_error e;
-    ngtcp2_connection_close_error_default(&e);
-    ngtcp2_connection_close_error_set_application_error(&e, NGHTTP3_H3_NO_ERROR, NULL, 0);
-    ngtcp2_ssize n = ngtcp2_conn_write_connection_close(c->qc, &ps.path, &pi, buf, sizeof buf, &e,
-                                                        now_ns());
+    uint8_t buf[KH_H3CLI_MAX_UDP];
+    ngtcp2_ssize n = kh_h3cli_close_pkt(&c->q, buf);
     if (n > 0)
-        (void)send(c->fd, buf, (size_t)n, 0);
+        (void)send(c->q.fd, buf, (size_t)n, 0);
     client_free(c);
 }
 
@@ -662,31 +424,14 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if (!url || strncmp(url, "https://", 8) != 0 || O.conns < 1 || O.streams < 1 ||
+    kh_h3cli_url u;
+    if (!url || kh_h3cli_parse_url(url, &u) != 0 || O.conns < 1 || O.streams < 1 ||
         O.total < 1 || O.timeout <= 0)
         usage();
-    static char host[300], port[300] = "443", authority[300];
-    const char *h = url + 8, *slash = strchr(h, '/');
-    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
-    snprintf(authority, sizeof authority, "%.*s", (int)hl, h);
-    O.path = slash ? slash : "/";
-    const char *colon = strrchr(authority, ':');
-    if (authority[0] == '[') {
-        const char *end = strchr(authority, ']');
-        if (!end)
-            usage();
-        snprintf(host, sizeof host, "%.*s", (int)(end - authority - 1), authority + 1);
-        if (end[1] == ':')
-            snprintf(port, sizeof port, "%s", end + 2);
-    } else if (colon) {
-        snprintf(host, sizeof host, "%.*s", (int)(colon - authority), authority);
-        snprintf(port, sizeof port, "%s", colon + 1);
-    } else {
-        snprintf(host, sizeof host, "%s", authority);
-    }
-    O.host = host;
-    O.port = port;
-    O.authority = authority;
+    O.host = u.host;
+    O.port = u.port;
+    O.authority = u.authority;
+    O.path = u.path;
     struct addrinfo hints = {0};
     hints.ai_socktype = SOCK_DGRAM;
     if (getaddrinfo(O.host, O.port, &hints, &target) != 0) {
@@ -743,7 +488,7 @@ int main(int argc, char **argv)
                 client_fail(c, "write failed");
                 continue;
             }
-            uint64_t exp = ngtcp2_conn_get_expiry(c->qc);
+            uint64_t exp = ngtcp2_conn_get_expiry(c->q.qc);
             if (exp < next)
                 next = exp;
         }
@@ -764,9 +509,9 @@ int main(int argc, char **argv)
         now = now_ns();
         for (int i = 0; i < O.conns; i++) {
             client_t *c = &cs[i];
-            if (c->dead || ngtcp2_conn_get_expiry(c->qc) > now)
+            if (c->dead || ngtcp2_conn_get_expiry(c->q.qc) > now)
                 continue;
-            int r = ngtcp2_conn_handle_expiry(c->qc, now);
+            int r = ngtcp2_conn_handle_expiry(c->q.qc, now);
             if (r != 0)
                 client_fail(c, r == NGTCP2_ERR_IDLE_CLOSE ? "idle timeout" : ngtcp2_strerror(r));
         }

@@ -45,13 +45,7 @@ k.get("/bighead", function(req, res)
 end)
 ]]
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1", "r"))
-    local out = p:read("*a")
-    local ok, _, code = p:close()
-    if type(ok) == "number" then code = ok end
-    return out, (ok == true or code == 0) and 0 or code
-end
+local sh = require("spec.helpers.shell").run
 
 local function expected(c, n)
     local parts, len, i = {}, 0, 0

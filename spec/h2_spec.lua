@@ -41,13 +41,7 @@ local function absent(v)
     return v == nil or v == cjson.null
 end
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1", "r"))
-    local out = p:read("*a")
-    local ok, _, code = p:close()
-    if type(ok) == "number" then code = ok end
-    return out, (ok == true or code == 0) and 0 or code
-end
+local sh = require("spec.helpers.shell").run
 
 local function py(srv, mode, ...)
     local args = { PY, CLIENT, mode, tostring(srv.port) }

@@ -35,13 +35,7 @@ k.post("/echo", function(req) return req:body() end)
 -- curl's HTTP2-Settings (MAX_CONCURRENT_STREAMS 100, INITIAL_WINDOW_SIZE 2^30, ENABLE_PUSH 0)
 local SETTINGS = "AAMAAABkAARAAAAAAAIAAAAA"
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1", "r"))
-    local out = p:read("*a")
-    local ok, _, code = p:close()
-    if type(ok) == "number" then code = ok end
-    return out, (ok == true or code == 0) and 0 or code
-end
+local sh = require("spec.helpers.shell").run
 
 -- The smuggling client against port; returns its JSON report.
 local function attempt(port, opt)

@@ -6,6 +6,7 @@
 -- Python UDP socket sends the bad datagrams; each time a good request runs alongside and must
 -- complete.
 local server = require "helpers.server"
+local h3 = require "helpers.h3"
 
 local sh_quote = server.sh_quote
 
@@ -18,21 +19,9 @@ k.get("/slow", function(req)
 end)
 ]]
 
-local function h3get_bin()
-    return (server.bin():gsub("[^/]+$", "kh-h3get"))
-end
-
-local function run(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1; echo \"__rc=$?\"", "r"))
-    local out = p:read("*a")
-    p:close()
-    local rc = tonumber(out:match("__rc=(%d+)%s*$"))
-    return (out:gsub("__rc=%d+%s*$", "")), rc
-end
-
-local function quic_port(srv)
-    return tonumber(srv:wait_log("listening on 127%.0%.0%.1:(%d+) %(quic%)", 15))
-end
+local h3get_bin = h3.h3get_bin
+local run = h3.run
+local function quic_port(srv) return h3.quic_port(srv, 15) end
 
 local srv, port
 

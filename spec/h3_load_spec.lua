@@ -4,6 +4,7 @@
 -- the server sends runs of packets with GSO (UDP_SEGMENT, limit h3_gso = 1, the default) or one
 -- sendmsg per packet (h3_gso = 0), with recvmmsg batches of 10 or single reads (h3_recv_batch).
 local server = require "helpers.server"
+local h3 = require "helpers.h3"
 
 local sh_quote = server.sh_quote
 
@@ -21,21 +22,9 @@ k.get("/reset", function(req, res)
 end)
 ]]
 
-local function tool(name)
-    return (server.bin():gsub("[^/]+$", name))
-end
-
-local function run(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1; echo \"__rc=$?\"", "r"))
-    local out = p:read("*a")
-    p:close()
-    local rc = tonumber(out:match("__rc=(%d+)%s*$"))
-    return (out:gsub("__rc=%d+%s*$", "")), rc
-end
-
-local function quic_port(srv)
-    return tonumber(srv:wait_log("listening on 127%.0%.0%.1:(%d+) %(quic%)", 5))
-end
+local tool = h3.tool
+local run = h3.run
+local quic_port = h3.quic_port
 
 local function start(args)
     local a = { "--http3" }

@@ -5,6 +5,7 @@
 -- limit and take part in the graceful stop, h3 applies the header/body/idle timeouts, and a
 -- server without --http3 maps none of the QUIC libraries.
 local server = require "helpers.server"
+local h3 = require "helpers.h3"
 
 local sh_quote = server.sh_quote
 
@@ -27,22 +28,9 @@ end)
 k.get("/big", function(req) return string.rep("0123456789", 50000) end)
 ]]
 
-local function h3get_bin()
-    return (server.bin():gsub("[^/]+$", "kh-h3get"))
-end
-
-local function run(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1; echo \"__rc=$?\"", "r"))
-    local out = p:read("*a")
-    p:close()
-    local rc = tonumber(out:match("__rc=(%d+)%s*$"))
-    return (out:gsub("__rc=%d+%s*$", "")), rc
-end
-
--- (the helper waits for the tcp/tls lines; the quic one follows in a write of its own)
-local function quic_port(srv)
-    return tonumber(srv:wait_log("listening on 127%.0%.0%.1:(%d+) %(quic%)", 5))
-end
+local h3get_bin = h3.h3get_bin
+local run = h3.run
+local quic_port = h3.quic_port
 
 -- kh-h3get with args (a list), against path on srv's QUIC port. Returns the head dump, the
 -- body, stderr+stdout text and the exit code.

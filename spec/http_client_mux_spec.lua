@@ -8,16 +8,12 @@
 -- how many TCP connections the upstream holds (ss). spec/helpers/h2_goaway_server.py plays an
 -- h2c server that sends GOAWAY with streams in flight, or resets the connection.
 local server = require "spec.helpers.server"
+local upstream = require "spec.helpers.upstream"
 local cjson = require "cjson"
 
 local PY = "/usr/bin/python3"
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd, "r"))
-    local out = p:read("*a")
-    p:close()
-    return out
-end
+local sh = require("spec.helpers.shell").out
 
 local function now()
     return tonumber(sh("date +%s.%N"))
@@ -140,30 +136,9 @@ local up, up5, cli, certdir, blob, blob_adler, gs
 
 local GOAWAY = server.root .. "/spec/helpers/h2_goaway_server.py"
 
-local function start_goaway()
-    local dir = sh("mktemp -d /tmp/kspec.XXXXXX"):match("(%S+)")
-    os.execute(string.format("%s %s %s 600 >%s/out 2>&1 </dev/null & echo $! >%s/pid", PY,
-        server.sh_quote(GOAWAY), dir, dir, dir))
-    local ports = server.wait_until(20, function()
-        local t = server.read_file(dir .. "/ports")
-        if not t then return nil end
-        local out = {}
-        for name, port in t:gmatch("(%w+) (%d+)") do out[name] = tonumber(port) end
-        return out
-    end, 0.05)
-    assert(ports, "h2_goaway_server.py did not start: " .. tostring(server.read_file(dir .. "/out")))
-    return { dir = dir, ports = ports }
-end
+local function start_goaway() return upstream.start(GOAWAY) end
 
-local function stop_goaway(p)
-    local f = io.open(p.dir .. "/quit", "wb")
-    if f then f:close() end
-    local pid = (server.read_file(p.dir .. "/pid") or ""):match("(%d+)")
-    server.wait_until(5, function()
-        return not pid or os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= 0
-    end, 0.05)
-    os.execute("rm -rf " .. server.sh_quote(p.dir))
-end
+local stop_goaway = upstream.stop
 
 local function up_port(tls)
     for _, l in ipairs(up.listens) do
@@ -236,12 +211,7 @@ end
 
 describe("k.http multiplexing and streamed bodies", function()
     setup(function()
-        certdir = sh("mktemp -d /tmp/kspec.XXXXXX"):match("(%S+)")
-        local rc = os.execute(string.format("openssl req -x509 -newkey ec -pkeyopt "
-            .. "ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost -addext "
-            .. "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout %s/key.pem -out %s/cert.pem "
-            .. ">/dev/null 2>&1", certdir, certdir))
-        assert(rc == 0 or rc == true, "openssl req failed")
+        certdir = upstream.make_cert()
         up = server.start {
             app = UPSTREAM,
             listen = { "tcp://127.0.0.1:0", "tls://127.0.0.1:0" },

@@ -5,44 +5,15 @@
 -- is asserted with its exact reason. The client runs inside a handler of the khamsin under test;
 -- the spec asks it over curl and reads a JSON report.
 local server = require "spec.helpers.server"
+local upstream = require "spec.helpers.upstream"
 local nginx = require "spec.helpers.nginx"
 local cjson = require "cjson"
 
-local PY = "/usr/bin/python3"
 local BROKEN = server.root .. "/spec/helpers/broken_server.py"
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd, "r"))
-    local out = p:read("*a")
-    p:close()
-    return out
-end
+local function start_broken() return upstream.start(BROKEN) end
 
-local function start_broken()
-    local dir = sh("mktemp -d /tmp/kspec.XXXXXX"):match("(%S+)")
-    assert(dir and dir:match("^/tmp/kspec%."), "mktemp failed")
-    os.execute(string.format("%s %s %s 600 >%s/out 2>&1 </dev/null & echo $! >%s/pid", PY,
-        server.sh_quote(BROKEN), dir, dir, dir))
-    local ports = server.wait_until(20, function()
-        local s = server.read_file(dir .. "/ports")
-        if not s then return nil end
-        local t = {}
-        for name, port in s:gmatch("(%w+) (%d+)") do t[name] = tonumber(port) end
-        return t
-    end, 0.05)
-    assert(ports, "broken_server.py did not start: " .. tostring(server.read_file(dir .. "/out")))
-    return { dir = dir, ports = ports }
-end
-
-local function stop_broken(p)
-    local f = io.open(p.dir .. "/quit", "wb")
-    if f then f:close() end
-    local pid = (server.read_file(p.dir .. "/pid") or ""):match("(%d+)")
-    server.wait_until(5, function()
-        return not pid or os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= 0
-    end, 0.05)
-    os.execute("rm -rf " .. server.sh_quote(p.dir))
-end
+local stop_broken = upstream.stop
 
 -- The upstream khamsin: what the client talks to.
 local UPSTREAM = [[
@@ -155,12 +126,7 @@ end
 describe("k.http", function()
     setup(function()
         broken = start_broken()
-        certdir = sh("mktemp -d /tmp/kspec.XXXXXX"):match("(%S+)")
-        local rc = os.execute(string.format("openssl req -x509 -newkey ec -pkeyopt "
-            .. "ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost -addext "
-            .. "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout %s/key.pem -out %s/cert.pem "
-            .. ">/dev/null 2>&1", certdir, certdir))
-        assert(rc == 0 or rc == true, "openssl req failed")
+        certdir = upstream.make_cert()
         up = server.start {
             app = UPSTREAM,
             listen = { "tcp://127.0.0.1:0", "tls://127.0.0.1:0" },

@@ -10,12 +10,7 @@ local socket = require "socket"
 local POOL = 20
 local TOTAL, CONCURRENT = 3000, 1000
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd, "r"))
-    local out = p:read("*a")
-    p:close()
-    return out
-end
+local sh = require("spec.helpers.shell").out
 
 local function free_port()
     local s = assert(socket.bind("127.0.0.1", 0))

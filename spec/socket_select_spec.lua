@@ -4,18 +4,14 @@
 -- one that asks /late?ms=N is readable N ms later, one that asks with Connection: close reaches
 -- EOF. Each route returns its findings as a JSON list.
 local server = require "spec.helpers.server"
+local snippets = require "spec.helpers.app_snippets"
 local socket = require "socket"
 
 local APP = [[
 local k = require "khamsin"
 local json = k.json
 
-local function r(...) -- results as a JSON list (nil -> "nil")
-    local t = { n = select("#", ...), ... }
-    local out = {}
-    for i = 1, t.n do out[i] = t[i] == nil and "nil" or t[i] end
-    return json.encode(out)
-end
+]] .. snippets.RESULTS .. [[
 
 local function self_port(req) return tonumber(req.headers.host:match(":(%d+)$")) end
 

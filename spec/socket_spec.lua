@@ -3,43 +3,15 @@
 -- that never reads, one that never answers, one that sends "abc" and closes, a listener whose
 -- accept queue is full) and a second khamsin serving TLS with a certificate made here.
 local server = require "spec.helpers.server"
+local upstream = require "spec.helpers.upstream"
+local snippets = require "spec.helpers.app_snippets"
 local socket = require "socket"
 
-local PY = "/usr/bin/python3"
 local PEER = server.root .. "/spec/helpers/sock_peer.py"
 
-local function sh(cmd)
-    local p = assert(io.popen(cmd, "r"))
-    local out = p:read("*a")
-    p:close()
-    return out
-end
+local function start_peer() return upstream.start(PEER, { life = 300, wait = 10 }) end
 
-local function start_peer()
-    local dir = sh("mktemp -d /tmp/kspec.XXXXXX"):match("(%S+)")
-    assert(dir and dir:match("^/tmp/kspec%."), "mktemp failed")
-    os.execute(string.format("%s %s %s 300 >%s/out 2>&1 </dev/null & echo $! >%s/pid", PY,
-        server.sh_quote(PEER), dir, dir, dir))
-    local ports = server.wait_until(10, function()
-        local s = server.read_file(dir .. "/ports")
-        if not s then return nil end
-        local t = {}
-        for name, port in s:gmatch("(%w+) (%d+)") do t[name] = tonumber(port) end
-        return t
-    end, 0.05)
-    assert(ports, "sock_peer.py did not start: " .. tostring(server.read_file(dir .. "/out")))
-    return { dir = dir, ports = ports }
-end
-
-local function stop_peer(p)
-    local f = io.open(p.dir .. "/quit", "wb")
-    if f then f:close() end
-    local pid = (server.read_file(p.dir .. "/pid") or ""):match("(%d+)")
-    server.wait_until(5, function()
-        return not pid or os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= 0
-    end, 0.05)
-    os.execute("rm -rf " .. server.sh_quote(p.dir))
-end
+local stop_peer = upstream.stop
 
 local function free_port()
     local s = assert(socket.bind("127.0.0.1", 0))
@@ -60,12 +32,7 @@ local k = require "khamsin"
 local P = {PORTS}
 local json = k.json
 
-local function r(...) -- results as a JSON list (nil -> "nil")
-    local t = { n = select("#", ...), ... }
-    local out = {}
-    for i = 1, t.n do out[i] = t[i] == nil and "nil" or t[i] end
-    return json.encode(out)
-end
+]] .. snippets.RESULTS .. [[
 
 local preload = { k.socket.tls_preload() } -- while the script loads
 local preload_bad = { k.socket.tls_preload { cafile = "/nonexistent/ca.pem" } }
@@ -387,12 +354,7 @@ describe("k.socket", function()
     setup(function()
         peer = start_peer()
         ports = peer.ports
-        certdir = sh("mktemp -d /tmp/kspec.XXXXXX"):match("(%S+)")
-        local rc = os.execute(string.format("openssl req -x509 -newkey ec -pkeyopt "
-            .. "ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost -addext "
-            .. "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout %s/key.pem -out %s/cert.pem "
-            .. ">/dev/null 2>&1", certdir, certdir))
-        assert(rc == 0 or rc == true, "openssl req failed")
+        certdir = upstream.make_cert()
         tls_srv = server.start {
             app = 'local k = require "khamsin"\nk.get("/hello", function() return "tls-hello" end)',
             listen = { "tls://127.0.0.1:0" },

@@ -148,6 +148,15 @@ void kh__out_start_op(kh_out *o, int op, uint64_t timeout_ms, kh_out_cb cb, void
         uv_timer_start(&o->timer, kh__out_timer_cb, timeout_ms, 0);
 }
 
+int kh__out_start_failed(kh_out *o, int r)
+{
+    uv_timer_stop(&o->timer);
+    o->op = OP_NONE;
+    o->cb = NULL;
+    o->broken = 1;
+    return r;
+}
+
 static int write_now(kh_out *o)
 {
     uv_buf_t b = uv_buf_init(o->wbuf, (unsigned)o->wbuf_len);
@@ -410,13 +419,8 @@ int kh_out_read(kh_out *o, int mode, size_t n, uint64_t timeout_ms, kh_out_cb cb
         return o->rerr ? o->rerr : UV_ENOTCONN;
     kh__out_start_op(o, OP_READ, timeout_ms, cb, arg);
     int r = kh__out_start_reading(o);
-    if (r < 0) {
-        uv_timer_stop(&o->timer);
-        o->op = OP_NONE;
-        o->cb = NULL;
-        o->broken = 1;
-        return r;
-    }
+    if (r < 0)
+        return kh__out_start_failed(o, r);
     return 0;
 }
 

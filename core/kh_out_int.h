@@ -120,6 +120,9 @@ void kh__out_timer_cb(uv_timer_t *t);
 /* The operation ends with status; its callback is the last thing the caller does with o. */
 void kh__out_op_done(kh_out *o, int status);
 void kh__out_start_op(kh_out *o, int op, uint64_t timeout_ms, kh_out_cb cb, void *arg);
+/* Undoes kh__out_start_op when the operation could not begin (no callback will come): o is
+ * left broken; returns r. */
+int kh__out_start_failed(kh_out *o, int r);
 /* Queues n bytes for the socket (tries to write them at once); 0 or a UV_E* code. */
 int kh__out_send_raw(kh_out *o, const char *p, size_t n);
 char *kh__out_in_reserve(kh_out *o, size_t extra);

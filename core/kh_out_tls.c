@@ -152,13 +152,8 @@ int kh_out_tls(kh_out *o, const kh_out_tls_opts *t, uint64_t timeout_ms, kh_out_
         kh__out_make_key(o, NULL);
     kh__out_start_op(o, OP_TLS, timeout_ms, cb, arg);
     int r = kh__out_tls_begin(o);
-    if (r < 0) {
-        uv_timer_stop(&o->timer);
-        o->op = OP_NONE;
-        o->cb = NULL;
-        o->broken = 1;
-        return r;
-    }
+    if (r < 0)
+        return kh__out_start_failed(o, r);
     if (o->op == OP_NONE) /* cannot happen: the first flight always waits for the server */
         return o->broken ? KH_EPROTO : 1;
     return 0;

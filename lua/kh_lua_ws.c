@@ -38,12 +38,22 @@ typedef struct zctx {
     size_t olen, ocap;
 } zctx;
 
-/* per socket: what an idle WebSocket keeps in the Lua heap besides its ws table (the feed and
- * out state is the worker's, in zctx) */
+/* per socket: the ws object itself (lua/khamsin/websocket.lua), a userdata whose metatable is
+ * CODEC_MT (shared by every socket; websocket.lua puts its methods on it) and whose
+ * environment is the route's table (handlers, subprotocols: shared by the route's sockets).
+ * It is all an idle WebSocket keeps in the Lua heap besides its slot in khamsin.push: no
+ * table, no string (ws.id is formatted from pn when read). The feed and out state is the
+ * worker's, in zctx. */
 typedef struct codec {
     kh_ws_conn w;
     zctx *z;
-    int bits; /* permessage-deflate: our window (9..15), 0 when not negotiated */
+    void *s;        /* the stream, handed back as a lightuserdata for core.stream_* */
+    uint32_t gen;   /* its generation */
+    uint16_t code;  /* the close code the close handler gets; 0 while unknown */
+    uint8_t bits;   /* permessage-deflate: our window (9..15), 0 when not negotiated */
+    uint8_t flags;  /* websocket.lua's state bits (done, closing, ended, end pending) */
+    uint8_t proto;  /* the subprotocol: its index in the route's list, 0 for none */
+    double pn;      /* its number in khamsin.push (ws.id), 0 before it registered */
 } codec;
 
 static int zctx_gc(lua_State *L)
@@ -136,18 +146,88 @@ static zctx *get_zctx(lua_State *L)
     return lua_touserdata(L, lua_upvalueindex(1));
 }
 
-/* codec(max_message, max_frame, deflate_bits) */
+/* codec(max_message, max_frame, deflate_bits, s, gen, env, proto) -> the ws object */
 static int l_codec(lua_State *L)
 {
     lua_Number mm = luaL_checknumber(L, 1), mf = luaL_checknumber(L, 2);
     int bits = (int)luaL_optinteger(L, 3, 0);
+    luaL_checktype(L, 6, LUA_TTABLE);
     codec *c = lua_newuserdata(L, sizeof *c);
     memset(c, 0, sizeof *c);
     c->z = get_zctx(L);
-    c->bits = bits >= 9 && bits <= 15 ? bits : 0;
+    c->bits = bits >= 9 && bits <= 15 ? (uint8_t)bits : 0;
+    c->s = lua_touserdata(L, 4);
+    c->gen = (uint32_t)lua_tointeger(L, 5);
+    c->proto = (uint8_t)luaL_optinteger(L, 7, 0);
     kh_ws_conn_init(&c->w, (uint64_t)mm, (uint64_t)mf, c->bits != 0, &CBS, c);
     luaL_getmetatable(L, CODEC_MT);
     lua_setmetatable(L, -2);
+    lua_pushvalue(L, 6);
+    lua_setfenv(L, -2);
+    return 1;
+}
+
+/* st(ws) -> s, gen, flags */
+static int l_st(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    lua_pushlightuserdata(L, c->s);
+    lua_pushinteger(L, (lua_Integer)c->gen);
+    lua_pushinteger(L, c->flags);
+    return 3;
+}
+
+/* move(ws, s, gen): its stream moved (core.stream_hold: a compact stream) */
+static int l_move(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    c->s = lua_touserdata(L, 2);
+    c->gen = (uint32_t)luaL_checkinteger(L, 3);
+    return 0;
+}
+
+/* flag(ws, bits) -> flags: sets bits (never cleared) */
+static int l_flag(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    c->flags |= (uint8_t)luaL_checkinteger(L, 2);
+    lua_pushinteger(L, c->flags);
+    return 1;
+}
+
+/* code(ws[, code]) -> code (0 while unknown): sets it when given */
+static int l_code(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    if (!lua_isnoneornil(L, 2))
+        c->code = (uint16_t)luaL_checkinteger(L, 2);
+    lua_pushinteger(L, c->code);
+    return 1;
+}
+
+/* pn(ws[, pn]) -> pn: its number in khamsin.push */
+static int l_pn(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    if (!lua_isnoneornil(L, 2))
+        c->pn = luaL_checknumber(L, 2);
+    lua_pushnumber(L, c->pn);
+    return 1;
+}
+
+/* env(ws) -> the route's table, the subprotocol's index (0: none) */
+static int l_env(lua_State *L)
+{
+    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    lua_getfenv(L, 1);
+    lua_pushinteger(L, c->proto);
+    return 2;
+}
+
+/* meta() -> the ws objects' metatable (websocket.lua adds __index and the methods) */
+static int l_meta(lua_State *L)
+{
+    luaL_getmetatable(L, CODEC_MT);
     return 1;
 }
 
@@ -345,7 +425,9 @@ void kh__lua_open_ws(lua_State *L, kh_lua *K)
         {"ws_codec", l_codec},       {"ws_feed", l_feed},           {"ws_frame", l_frame},
         {"ws_close", l_close},       {"ws_state", l_state},         {"ws_accept", l_accept},
         {"ws_version_ok", l_version_ok}, {"ws_has_token", l_has_token}, {"ws_pmd", l_pmd},
-        {"ws_close_code_ok", l_close_code_ok}, {"ws_limits", l_limits}, {NULL, NULL},
+        {"ws_close_code_ok", l_close_code_ok}, {"ws_limits", l_limits}, {"ws_st", l_st},
+        {"ws_flag", l_flag}, {"ws_code", l_code}, {"ws_pn", l_pn}, {"ws_env", l_env},
+        {"ws_meta", l_meta}, {"ws_move", l_move}, {NULL, NULL},
     };
     if (luaL_newmetatable(L, CODEC_MT)) {
         lua_pushcfunction(L, codec_gc);

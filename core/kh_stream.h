@@ -31,11 +31,23 @@
  *    tunnel on h2 and h3 (each resets the idle stream alone), per connection on h1.
  *  - A slow consumer (k.send_to past stream_out_cap) is ended with kh_stream_cut: fin, then
  *    the protocol drops what the peer has not taken and frees the stream (sink cut: h2).
+ *  - Memory of an idle tunnel (issue 10 item 8): a held h1 tunnel (F_TUNNEL | F_HELD, no
+ *    coroutine: a WebSocket between messages) moves with kh_stream_compact into a compact
+ *    stream: the same struct cut after the first word of proto_area (KH_STREAM_COMPACT_SIZE,
+ *    248 B, plus 16 B for the access log's method and path), instead of the whole kh_stream
+ *    (480 B). The fields are ordered for it: what a tunnel uses first (hooks, refs, flags, the
+ *    log's method/target/path, peer, body window buffer, byte counts, app state, h1's flags in
+ *    proto_area[0]), the request's part (query, authority, headers, params, tunnel_proto) after
+ *    proto_area. Every kh_stream_* function and sink call a tunnel makes works on either; the
+ *    readers of the request's part check KH_STREAM_F_COMPACT (kh_stream_header, the Lua
+ *    accessors). h1 moves its pointer (sink moved); h2 and h3 streams never move (nghttp2 and
+ *    nghttp3 hold them), so their tunnels keep the whole stream.
  *
- * Lifetime: streams come from a per-worker pool and are never handed back to malloc while the
- * worker runs, so a stale {pointer, generation} pair held by Lua can always be checked safely
- * (style.md "Buffers": h2o's DATA_PTR reset, done by generation). A stream holds one ref for its
- * protocol and one while the app holds it; the last kh_stream_release recycles it and bumps gen. */
+ * Lifetime: streams come from a per-worker pool (compact ones from a pool of their own) and are
+ * never handed back to malloc while the worker runs, so a stale {pointer, generation} pair held
+ * by Lua can always be checked safely (style.md "Buffers": h2o's DATA_PTR reset, done by
+ * generation). A stream holds one ref for its protocol and one while the app holds it; the last
+ * kh_stream_release recycles it and bumps gen. */
 #ifndef KH_STREAM_H
 #define KH_STREAM_H
 

@@ -71,13 +71,14 @@ local topics_of = setmetatable({}, weak) -- topic -> true, once it subscribed
 local req_of = setmetatable({}, weak)    -- the req table, when open() (or middleware) read from it
 local fields_of = setmetatable({}, weak) -- fields the app set on it (ws.name = ...)
 
+local push_id = push.id -- (not the push module: spec/meta_spec.lua reads __index's upvalues)
 local ws_mt = core.ws_meta() -- the codec's metatable (its __gc frees the codec's buffers)
 ws_mt.__index = function(ws, key)
     local m = methods[key]
     if m then return m end
     if key == "id" then
         local n = ws_pn(ws)
-        return n ~= 0 and push.id(n) or nil
+        return n ~= 0 and push_id(n) or nil
     elseif key == "protocol" then
         local env, i = ws_env(ws)
         return i ~= 0 and env.opts.protocols[i] or nil
@@ -202,7 +203,8 @@ function methods.close(ws, code, reason)
         if not done(ws) then
             if ws_code(ws) == 0 then ws_code(ws, 1006) end
             ws_flag(ws, DONE)
-            finish(s, g)
+            local s2, g2 = ws_st(ws) -- its stream now: it may have moved (compact, below)
+            finish(s2, g2)
             ended(ws)
         end
     end)
@@ -320,7 +322,7 @@ end
 -- the ws object here. HTTP/2 and HTTP/3 streams never move.
 local function compact(ws)
     local s, g, f = ws_st(ws)
-    if band(f, DONE + COMPACT) ~= 0 then return end
+    if band(f, DONE + CLOSING + COMPACT) ~= 0 then return end
     local s2, g2 = stream_compact(s, g)
     if s2 == false then return end -- a reader runs: it tries again as it ends
     ws_flag(ws, COMPACT)
@@ -371,7 +373,7 @@ local function drain(ws)
     local _, _, f = ws_st(ws)
     if band(f, DONE + PENDING) ~= 0 then
         ended(ws)
-    elseif band(f, COMPACT) == 0 then
+    elseif band(f, COMPACT + CLOSING) == 0 then
         core.timer(0, nil, function() compact(ws) end)
     end
 end

@@ -36,10 +36,12 @@ local push = require "khamsin.push"
 local held = require("khamsin.stream").held
 local new_req = require("khamsin.request").new
 
-local type, pairs, ipairs, next, setmetatable, getmetatable, rawget, rawset, tostring, xpcall, traceback =
-    type, pairs, ipairs, next, setmetatable, getmetatable, rawget, rawset, tostring, xpcall, debug.traceback
+local type, pairs, ipairs, next, setmetatable, rawget, rawset, tostring, xpcall, traceback =
+    type, pairs, ipairs, next, setmetatable, rawget, rawset, tostring, xpcall, debug.traceback
 local sub, gmatch, remove = string.sub, string.gmatch, table.remove
 local band = bit.band
+local ffi = require "ffi"
+local cast = ffi.cast
 -- coroutine.resume is khamsin.coroutine's (installed before the app, so before this module
 -- loads): engine waits inside a message handler pass up through it
 local co_create, co_resume, co_running = coroutine.create, coroutine.resume, coroutine.running
@@ -107,22 +109,23 @@ ws_mt.__newindex = function(ws, key, value)
 end
 ws_mt.__tostring = function(ws) return "websocket " .. tostring(ws.id) end
 
-local function is_ws(ws)
-    return type(ws) == "userdata" and getmetatable(ws) == ws_mt
+-- the state bits, read in place (the FFI casts a userdata to its payload's address): checked
+-- several times per message, where a C call would cost more than the rest of the check
+local u8p, FLAGS_AT = ffi.typeof("const uint8_t *"), core.ws_flags_at()
+local function flags(ws)
+    return cast(u8p, ws)[FLAGS_AT]
 end
 
 local function done(ws)
-    local _, _, f = ws_st(ws)
-    return band(f, DONE) ~= 0
+    return band(flags(ws), DONE) ~= 0
 end
 
 local ended
 
--- Writes frame bytes. own: the caller is one of this socket's handlers (it may wait for the
+-- Writes frame bytes on the socket's stream (s, g: from ws_st, taken by the caller with the
+-- state it checked). own: the caller is one of this socket's handlers (it may wait for the
 -- queue to drain); anyone else never waits, and past stream_out_cap the socket is closed 1008.
-local function put(ws, bytes, own)
-    local s, g, f = ws_st(ws)
-    if band(f, DONE) ~= 0 then return nil, "closed" end
+local function put(ws, s, g, bytes, own)
     local ok, err = write(s, g, bytes, own and "wait" or "push")
     if ok == true then return true end
     if err == "full" then
@@ -150,14 +153,9 @@ local function own(ws)
     return co ~= nil and (co == reader_of[ws] or handler_of[co] == ws)
 end
 
-local function closing(ws)
-    local _, _, f = ws_st(ws)
-    return band(f, CLOSING) ~= 0
-end
-
 -- ws:send(data[, binary]) -> true | nil, "closed"
 function methods.send(ws, data, binary)
-    if not is_ws(ws) then
+    if type(ws) ~= "userdata" then
         raise("ws:send(data[, binary]): call it with ':'")
     end
     local t = type(data)
@@ -166,8 +164,9 @@ function methods.send(ws, data, binary)
     elseif t ~= "string" then
         raise("ws:send(data[, binary]): data must be a string, got a " .. t)
     end
-    if closing(ws) then return nil, "closed" end
-    return put(ws, ws_frame(ws, binary and OP_BINARY or OP_TEXT, data), own(ws))
+    local s, g, f = ws_st(ws)
+    if band(f, CLOSING + DONE) ~= 0 then return nil, "closed" end
+    return put(ws, s, g, ws_frame(ws, binary and OP_BINARY or OP_TEXT, data), own(ws))
 end
 
 -- ws:ping([data]) -> true | nil, "closed" (the codec answers the peer's pings by itself)
@@ -176,8 +175,9 @@ function methods.ping(ws, data)
     if type(data) ~= "string" or #data > 125 then
         raise("ws:ping([data]): data is a string of at most 125 bytes")
     end
-    if closing(ws) then return nil, "closed" end
-    return put(ws, ws_frame(ws, OP_PING, data), own(ws))
+    local s, g, f = ws_st(ws)
+    if band(f, CLOSING + DONE) ~= 0 then return nil, "closed" end
+    return put(ws, s, g, ws_frame(ws, OP_PING, data), own(ws))
 end
 
 -- ws:close([code[, reason]]): starts the close handshake; the close callback runs once the
@@ -249,8 +249,9 @@ end
 -- push target (khamsin.push): never yields
 function methods._push(ws, data)
     if type(data) ~= "string" then data = tostring(data) end
-    if closing(ws) then return nil, "closed" end
-    return put(ws, ws_frame(ws, OP_TEXT, data), false)
+    local s, g, f = ws_st(ws)
+    if band(f, CLOSING + DONE) ~= 0 then return nil, "closed" end
+    return put(ws, s, g, ws_frame(ws, OP_TEXT, data), false)
 end
 
 -- ---- the handshake ----
@@ -370,7 +371,7 @@ local function drain(ws)
     end
     reader_of[ws] = nil
     if list[1] == nil then spare_lists[#spare_lists + 1] = list end
-    local _, _, f = ws_st(ws)
+    local f = flags(ws)
     if band(f, DONE + PENDING) ~= 0 then
         ended(ws)
     elseif band(f, COMPACT + CLOSING) == 0 then

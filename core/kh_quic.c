@@ -902,12 +902,16 @@ static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp
 }
 
 /* ---- memory for ngtcp2 and nghttp3 ----
- * Both libraries carve their objects from pools they malloc per connection, a block at a time
- * (ngtcp2 0.12: 64 frame chains = 8 KiB, 64 sent-packet entries = 7 KiB, 16 streams = 11 KiB;
- * nghttp3 0.8: 16 streams = 43 KiB), and an idle connection uses a few objects of each. From
- * malloc's heap such a block lands on pages a freed connection left resident; a block of
- * KH_QUIC_MMAP_MIN bytes or more is mmap'd instead, so only the pages the pool hands out count
- * (calloc needs no memset: the pages are zero). A 16-byte header holds the size. */
+ * Both libraries carve their objects from pools they malloc per connection, a block at a time,
+ * and use the front of each: an idle connection holds a few objects of each pool (measured,
+ * bench/results/h3mem-20261202-*.txt: ngtcp2 0.12's skip lists, 8 nodes of 1 KiB = 8 KiB with
+ * one node used, 6 of them; 64 frame chains, 64 sent-packet entries, 64 streams, 7-11 KiB each;
+ * nghttp3 0.8: 64 streams = 43 KiB with 6 used). From malloc's heap such a block lands on pages
+ * a freed connection left resident, all of it counted; a malloc'd block of KH_QUIC_MMAP_MIN
+ * bytes or more is mmap'd instead, so only the pages the pool handed out count (about one page
+ * a block). What the libraries calloc is an object they use whole (ngtcp2_conn, 8.2 KiB): it
+ * stays in the heap, where it takes its size and not three whole pages. A 16-byte header holds
+ * the size. */
 #define KH_QUIC_MMAP_MIN (6 * 1024)
 #define KH_QUIC_HDR 16
 typedef struct {
@@ -922,7 +926,7 @@ static void *mem_alloc(size_t n, int zero)
     if (total < n)
         return NULL;
     h = MAP_FAILED;
-    if (n >= KH_QUIC_MMAP_MIN) /* (out of mappings, vm.max_map_count: malloc after all) */
+    if (n >= KH_QUIC_MMAP_MIN && !zero) /* (out of mappings, vm.max_map_count: malloc) */
         h = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (h != MAP_FAILED) {
         h->mapped = 1;

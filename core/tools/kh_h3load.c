@@ -12,8 +12,9 @@
  *          -t S        give up after S seconds without progress (default 10)
  *          --hold S    once every request is answered keep the connections open, idle, for S
  *                      seconds (printing "held: N connections idle" when they all are, then
- *                      "released"), then close them: the server's memory per idle h3
- *                      connection (bench/h3mem.sh, spec/h3_idle_mem_spec.lua)
+ *                      "released"; SIGUSR1 releases them at once), then close them: the
+ *                      server's memory per idle h3 connection (bench/h3mem.sh,
+ *                      spec/h3_idle_mem_spec.lua)
  *          --ramp R    at most R connections in their handshake at once (default: all)
  * Out:   on stdout: requests done, ok and failed (a status other than 200, a reset stream, or a
  *        request lost with its connection or to the timeout all count as failed), requests per
@@ -22,6 +23,7 @@
  * Never: verifies the server's certificate (a test tool, like curl -k); reads response bodies
  *        beyond counting them. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +77,13 @@ static struct {
 } S;
 static struct addrinfo *target;
 static int epfd;
+static volatile sig_atomic_t release_now; /* --hold: SIGUSR1 came */
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    release_now = 1;
+}
 
 static void *xmalloc(size_t n)
 {
@@ -453,6 +462,11 @@ int main(int argc, char **argv)
         return 2;
     }
     gnutls_global_init();
+    if (O.hold > 0) {
+        struct sigaction sa = {0};
+        sa.sa_handler = on_usr1; /* no SA_RESTART: epoll_wait returns (EINTR) */
+        sigaction(SIGUSR1, &sa, NULL);
+    }
     epfd = epoll_create1(EPOLL_CLOEXEC);
     client_t *cs = calloc((size_t)O.conns, sizeof *cs);
     if (!cs)
@@ -485,7 +499,7 @@ int main(int argc, char **argv)
             fflush(stdout);
             held_until = now + (uint64_t)(O.hold * 1e9);
         }
-        if (held_until && now >= held_until) {
+        if (held_until && (now >= held_until || release_now)) {
             printf("released\n");
             fflush(stdout);
             for (int i = 0; i < O.conns; i++)

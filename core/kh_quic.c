@@ -9,9 +9,9 @@
  * Memory: ngtcp2 and nghttp3 allocate through kh_quic_malloc & co., which mmap malloc'd blocks
  *        of 6 KiB and more (the libraries' per-connection pools), so untouched pool pages are
  *        free, and keep calloc'd objects (ngtcp2_conn) in the heap. An idle connection still
- *        costs ~80 KB (bench/h3mem.sh; h2 over TLS ~9.6 KB): about one page per pool ngtcp2 0.12
- *        and nghttp3 0.8 keep (11 of them) plus ~32 KB of heap objects, fixed in the libraries
- *        (see "memory for ngtcp2 and nghttp3" below).
+ *        costs ~84 KB (bench/h3mem.sh, 5,000 held; h2 over TLS 10 KB): about one page per pool
+ *        ngtcp2 0.12 and nghttp3 0.8 keep (11 of them) plus ~32 KB of heap objects, fixed in the
+ *        libraries (see "memory for ngtcp2 and nghttp3" below).
  * In:    datagrams; the worker's flush pass (kh_wconn.flush), its variable-deadline timer
  *        (ngtcp2_conn_get_expiry and kh_h3's application timeouts), its stop walks.
  * Out:   datagrams: a write pass (write_out) collects a connection's packets and sends runs of

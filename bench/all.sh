@@ -12,7 +12,8 @@
 #   default min(DURATION, 3)) WARMUP=1 SETS (default: all of http1 tls h2 json startup static
 #   compress websocket streams proxy redis reload wait h3 limits)
 #   BENCH_MAX_REDO=2 (extra rounds per script when rounds are discarded) BENCH_MAX_LOAD
-#   BENCH_MAX_STEAL (see common.sh) SMALL=0 (1: fewer idle connections and start-up runs).
+#   BENCH_MAX_STEAL (see common.sh) SMALL=0 (1: fewer idle connections and start-up runs)
+#   README (1 unless SMALL=1: bench/lib/readme.py puts the table into README.md's generated block).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -96,3 +97,7 @@ done
 } >>"$BENCH_SUMMARY"
 echo "summary written to $BENCH_SUMMARY"
 cat "$BENCH_SUMMARY"
+# README=1 (the default for a full run) regenerates the README's performance table from it
+if [[ ${README:-$((SMALL ? 0 : 1))} == 1 ]]; then
+  $PY bench/lib/readme.py "bench/results/$(basename "$BENCH_SUMMARY")" README.md
+fi

@@ -29,10 +29,12 @@ XD=${XDURATION:-$(( DURATION > 3 ? 3 : DURATION ))} # the secondary sets' window
 # h3.sh needs kh-h3load, built beside the RelWithDebInfo binary (build/); the others use build-release/
 H3BIN=${H3BIN:-build/khamsin}
 if [[ " $SETS " == *" h3 "* && ! -x build/kh-h3load ]]; then
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build build -j"$(nproc)" >/dev/null
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+    cmake --build build -j"$(nproc)" --target khamsin khamsin-tls khamsin-h3 kh-h3load >/dev/null
 fi
-if [[ ! -x build-release/khamsin || -n $(find core lua -newer build-release/khamsin -name '*.[ch]' | head -1) ]]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
+if [[ ! -x build-release/khamsin || -n $(find core lua -newer build-release/khamsin \( -name '*.[ch]' -o -name '*.lua' \) | head -1) ]]; then
+  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+    cmake --build build-release -j"$(nproc)" --target khamsin khamsin-tls khamsin-h3 >/dev/null
 fi
 STAMP=$(date +%Y%m%d-%H%M)
 export BENCH_SUMMARY=$ROOT/bench/results/summary-$STAMP.md

@@ -78,7 +78,7 @@ for s in $SETS; do
     compress) run_set compress env DURATION=$XD CODINGS="gzip br zstd" GZIP_LEVELS=5 bench/compress.sh ;;
     websocket) run_set websocket env KHAMSIN_BIN=build-release/khamsin IDLE_N=$WSN IDLE_N_TLS=$((WSN / 2)) IDLE_N_H2=$((WSN / 2)) ECHO_SECONDS=$XD \
                  BCAST_N=$WSN bench/websocket.sh ;;
-    streams) run_set streams env N=$WSN WARM=$((WSN / 2)) CASES="h1 h2c h2" bench/streams.sh ;;
+    streams) run_set streams env N=$WSN WARM=$((WSN / 2)) CASES="h1 h2" bench/streams.sh ;;
     proxy) run_set proxy env DURATION=$XD bench/proxy.sh ;;
     redis) run_set redis env DURATION=$XD bench/redis.sh ;;
     reload) run_set reload env DURATION=$XD ROUNDS_SAVE=5 N_IDLE=10 bench/reload.sh ;;

@@ -40,7 +40,7 @@ up_header() {
 # and reversed on even ones (A B, B A). A RUN is "name pid port path". Per window: MULT * 1e6 /
 # (server CPU microseconds) units of work per CPU-second, kept in the associative array
 # PER_CPU[name] (kept rounds only) and as rows of $TMP/up.jsonl for up_summary.
-declare -A PER_CPU
+declare -A PER_CPU PER_CPU_ALL
 up_rounds() {
   local mult=$1 label=$2 run name pid port path r rps cpu_us share non2xx errs v order i
   shift 2
@@ -67,7 +67,12 @@ up_rounds() {
     if bench_round_end; then
       for name in "${!THIS[@]}"; do PER_CPU[$name]="${PER_CPU[$name]:-} ${THIS[$name]}"; done
     fi
+    for name in "${!THIS[@]}"; do PER_CPU_ALL[$name]="${PER_CPU_ALL[$name]:-} ${THIS[$name]}"; done
   done
+  if ((BENCH_KEPT == 0)); then # every round disturbed: all are used (the summary says ALL-DISTURBED)
+    echo "(every round was disturbed: the medians below use them all)"
+    for name in "${!PER_CPU_ALL[@]}"; do PER_CPU[$name]=${PER_CPU_ALL[$name]}; done
+  fi
 }
 
 # up_summary SUBJECT ANCHOR LABEL: the method's table (medians [min..max], per-round ratio with

@@ -24,7 +24,7 @@ export BENCH_MAX_REDO=${BENCH_MAX_REDO:-2}
 ALL_SETS="http1 tls h2 json startup static compress websocket streams proxy redis reload wait h3 limits"
 SETS=${SETS:-$ALL_SETS}
 SMALL=${SMALL:-0}
-if ((SMALL)); then IDLE=300 SRUNS=5 HS=2 JN=50000 WSN=300 H3N=2000; else IDLE=2000 SRUNS=20 HS=3 JN=200000 WSN=2000 H3N=10000; fi
+if ((SMALL)); then IDLE=300 SRUNS=5 HS=2 JN=50000 WSN=300 H3N=2000; else IDLE=2000 SRUNS=20 HS=3 JN=200000 WSN=2000 H3N=20000; fi
 XD=${XDURATION:-$(( DURATION > 3 ? 3 : DURATION ))} # the secondary sets' windows: shorter, to keep the whole run < 20 min
 # h3.sh needs kh-h3load, built beside the RelWithDebInfo binary (build/); the others use build-release/
 H3BIN=${H3BIN:-build/khamsin}

@@ -2,7 +2,9 @@
  * Checks the fields the engine adds: X-Request-Id on every stream (kh_reqid.h), and the security
  * fields on TLS streams (HSTS, nosniff): added once, after the handler's fields, never when the
  * handler set its own (any case), the security ones not at all when the limits are 0; a head
- * whose fields already hold all of them reaches the sink as the very array the app passed. */
+ * whose fields already hold all of them reaches the sink as the very array the app passed.
+ * And kh_stream_compact: a held tunnel moves into a compact stream (refs, body, method and path
+ * kept, the old pair stale, no headers), and goes back to the compact pool. */
 #include <stdio.h>
 #include <string.h>
 

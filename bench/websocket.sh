@@ -11,8 +11,11 @@
 #   3. one k.publish to BCAST_N sockets: time from the publish request to the last delivery.
 # For khamsin the idle part also prints, per socket, the C heap in use (glibc mallinfo2) and the
 # Lua heap, each after a full Lua GC (GET /gc of bench/apps/websocket.lua): what the idle
-# sockets themselves hold, beside VmRSS (which also keeps the allocators' high-water marks).
-# PARTS ("idle echo broadcast") picks the parts.
+# sockets themselves hold, beside VmRSS (which also keeps the allocators' high-water marks), and
+# the growth of the resident pages of the [heap] mapping (glibc's main arena) and of the
+# anonymous mappings (LuaJIT's allocator maps its own regions): what each allocator touched.
+# PARTS ("idle echo broadcast") picks the parts; IDLE_CASES the idle part's server:mode cases
+# ("khamsin:h1 nginx:h1 khamsin:tls khamsin:h2").
 # Server pinned to SERVER_CORE, clients to CLIENT_CORE (taskset). The box is shared with other
 # jobs: absolute figures move, ratios measured in the same run hold better.
 #
@@ -34,6 +37,7 @@ ECHO_SECONDS=${ECHO_SECONDS:-8}
 WINDOW=${WINDOW:-64}
 ROUNDS=${ROUNDS:-5}
 PARTS=${PARTS:-"idle echo broadcast"}
+IDLE_CASES=${IDLE_CASES:-"khamsin:h1 nginx:h1 khamsin:tls khamsin:h2"}
 BCAST_N=${BCAST_N:-10000}
 SERVER_CORE=${SERVER_CORE:-1}
 CLIENT_CORE=${CLIENT_CORE:-0}
@@ -49,6 +53,13 @@ trap cleanup EXIT
 
 say() { echo "$*" | tee -a "$OUT"; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+# "HEAP ANON": resident KiB of the [heap] mapping (glibc's main arena: the C heap) and of the
+# anonymous mappings (LuaJIT's allocator, which maps its own regions, plus mmapped blocks)
+pages_kb() {
+  awk '/^[0-9a-f]+-[0-9a-f]+ / {m = ($6 == "[heap]") ? "h" : ($6 == "" ? "a" : "")}
+       /^Rss:/ {if (m == "h") h += $2; else if (m == "a") a += $2}
+       END {print h + 0, a + 0}' "/proc/$1/smaps"
+}
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_port() { for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 
@@ -139,12 +150,15 @@ idle() {
   local g0="0 0" g1="0 0"
   [[ $srv == khamsin ]] && g0=$(curl -s --max-time 10 "http://127.0.0.1:$PORT/gc")
   r0=$(rss_kb "$MEASURE")
+  local p0 p1
+  p0=$(pages_kb "$MEASURE")
   k0=$(awk '/ready/ {print $2; exit}' "$TMP/idle.out")
   echo go >&7
   waitready 2 || true
   sleep 2
   [[ $srv == khamsin ]] && g1=$(curl -s --max-time 10 "http://127.0.0.1:$PORT/gc")
   r1=$(rss_kb "$MEASURE")
+  p1=$(pages_kb "$MEASURE")
   got=$(awk '/ready/ {n = $2} END {print n}' "$TMP/idle.out")
   exec 7>&-
   wait "$cl" 2>/dev/null || true
@@ -154,7 +168,10 @@ idle() {
   local heaps="" l0 m0 l1 m1
   read -r l0 m0 <<<"$g0"
   read -r l1 m1 <<<"$g1"
-  [[ $srv == khamsin ]] && heaps=" (C heap $(( (m1 - m0) / (got - k0) )) + Lua heap $(( (l1 - l0) / (got - k0) )))"
+  local h0 a0 h1 a1
+  read -r h0 a0 <<<"$p0"
+  read -r h1 a1 <<<"$p1"
+  [[ $srv == khamsin ]] && heaps=" (C heap $(( (m1 - m0) / (got - k0) )) + Lua heap $(( (l1 - l0) / (got - k0) )); pages: [heap] $(( (h1 - h0) * 1024 / (got - k0) )), anonymous $(( (a1 - a0) * 1024 / (got - k0) )))"
   say "  $srv $mode: $got sockets; RSS $r0 KiB at $k0 sockets -> $r1 KiB at $got: $(( (r1 - r0) * 1024 / (got - k0) )) bytes per idle WebSocket$heaps"
   local name=$srv; [[ $srv == nginx ]] && name=nginx-lua
   echo "{\"round\": 1, \"server\": \"$name\", \"mode\": \"$mode\", \"bytes_per_ws\": $(( (r1 - r0) * 1024 / (got - k0) ))}" >>"$TMP/idle.jsonl"
@@ -182,10 +199,13 @@ say "# server on core $SERVER_CORE, clients on core $CLIENT_CORE"
 say ""
 if [[ " $PARTS " == *" idle "* ]]; then
 say "1. memory per idle WebSocket (RSS growth / sockets)"
-idle khamsin h1 "$IDLE_N" /echo
-idle nginx h1 "$IDLE_N" /echo
-idle khamsin tls "$IDLE_N_TLS" /echo
-idle khamsin h2 "$IDLE_N_H2" /echo
+for c in $IDLE_CASES; do
+  case $c in
+    *:h1) idle "${c%:*}" h1 "$IDLE_N" /echo ;;
+    *:tls) idle "${c%:*}" tls "$IDLE_N_TLS" /echo ;;
+    *:h2) idle "${c%:*}" h2 "$IDLE_N_H2" /echo ;;
+  esac
+done
 # memory is not a rate: one measure per case (no rounds); the summary row says n=1
 [[ -s $TMP/idle.jsonl ]] && $PY $METHOD summary "$TMP/idle.jsonl" --metric bytes_per_ws --lower bytes_per_ws --group mode \
   --label "memory per idle WebSocket (RSS growth / sockets, one measure)" 2>&1 | tee -a "$OUT"

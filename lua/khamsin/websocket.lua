@@ -36,8 +36,8 @@ local push = require "khamsin.push"
 local held = require("khamsin.stream").held
 local new_req = require("khamsin.request").new
 
-local type, pairs, ipairs, next, setmetatable, rawget, rawset, tostring, xpcall, traceback =
-    type, pairs, ipairs, next, setmetatable, rawget, rawset, tostring, xpcall, debug.traceback
+local type, pairs, ipairs, next, setmetatable, rawget, rawset, tostring, xpcall, traceback, collectgarbage =
+    type, pairs, ipairs, next, setmetatable, rawget, rawset, tostring, xpcall, debug.traceback, collectgarbage
 local sub, gmatch, remove = string.sub, string.gmatch, table.remove
 local band = bit.band
 local ffi = require "ffi"
@@ -473,6 +473,14 @@ local function serve(route, req, res)
         ws_flag(ws, DONE)
     end
     drain(ws) -- what came with or right after the handshake
+    -- One step of the Lua GC per handshake (at most one incremental step's work; in the GC's
+    -- pause it starts the next cycle early): a handshake leaves its request's garbage (req, res,
+    -- the request's coroutine, header strings), and with the default pause (200) a burst of
+    -- handshakes lets the Lua heap grow to twice what the sockets keep before a cycle frees it;
+    -- the allocator keeps those pages resident. With the step, VmRSS per idle socket at 10,000
+    -- sockets went from ~1,150 to ~1,040 B (bench/README.md). Handshakes only: the message path
+    -- keeps the pause it has.
+    collectgarbage("step", 0)
 end
 
 M._ended = function(ws) return ended(ws) end

@@ -253,8 +253,12 @@ local res_mt = {
     end,
 }
 
-function M.new(s, gen)
-    return setmetatable({ _s = s, _g = gen, status = 200 }, res_mt)
+-- req: the request (res:sse() reads its last-event-id). Constant values in the constructor:
+-- see request.new (a bytecode template keeps only the keys whose value is a constant).
+function M.new(s, gen, req)
+    local res = setmetatable({ _s = false, _g = false, status = 200, _req = false }, res_mt)
+    res._s, res._g, res._req = s, gen, req
+    return res
 end
 
 -- Merges extra headers over res.headers, case-insensitively.

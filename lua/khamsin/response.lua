@@ -18,6 +18,21 @@ errors.own()
 
 local M = {}
 
+-- The runner's own reply with no header table goes through the FFI (lua/kh_lua_core.c,
+-- kh_lua_respond_fast: the JIT keeps the whole request in one trace, where core.respond ends it).
+-- Absent (plain luajit, the unit specs): core.respond only.
+local respond_fast
+do
+    local ffi = require "ffi"
+    local C = ffi.C
+    if not pcall(function() return C.kh_lua_respond_fast end) then
+        pcall(ffi.cdef, [[int kh_lua_respond_fast(uint32_t gen, int status, const char *body,
+            size_t blen, const char *ctype, size_t ctlen);]])
+    end
+    local ok, f = pcall(function() return C.kh_lua_respond_fast end)
+    if ok then respond_fast = f end
+end
+
 -- A value as a message shows it: 99, "201" (a string), a table.
 local function describe(v)
     local t = type(v)
@@ -284,8 +299,9 @@ local function valid_status(st)
 end
 
 -- return body | status, body | status, body, headers. `who` starts messages ("the handler
--- returned", "d:send got").
-function M.finish(res, a, b, c, who)
+-- returned", "d:send got"). own: res is the running request's own (the runner's answer), which
+-- may take the FFI path.
+function M.finish(res, a, b, c, who, own)
     if rawget(res, "_streaming") then -- res:write / res:sse started the response (khamsin.stream)
         return require("khamsin.stream").ended(res, a, b, c, who)
     end
@@ -342,6 +358,10 @@ function M.finish(res, a, b, c, who)
                 .. "has none (RFC 9110 §15.3.5, §15.4.5)")
         end
         ctype = nil
+    end
+    if own and headers == nil and respond_fast then
+        local r = respond_fast(res._g, status, body, #body, ctype, ctype and #ctype or 0)
+        if r ~= 1 then return end -- 0: sent; 2: the stream is gone (core.respond's nil, "closed")
     end
     local ok, err = respond(res._s, res._g, status, body, headers, ctype)
     if ok == false then raise(err) end -- a header the engine refuses, a second answer

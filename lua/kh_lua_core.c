@@ -254,6 +254,22 @@ static int l_respond(lua_State *L)
     return 1;
 }
 
+/* FFI accessor (style.md §4) for req.method and req.path (which: 0, 1): the string's bytes and
+ * length, or NULL when the request is over (gen). p is the stream's address as the runner got it
+ * from kh__lua_dispatch (req._p); streams stay in the worker's pool, so the gen check is safe
+ * on a stale one, as stream_at's is. Against core.head (a lua_CFunction that makes all eight
+ * head fields, the peer address formatted, and ends the trace): see bench/callgrind.sh APP=
+ * in the commit that added it. */
+KH_EXPORT const char *kh_lua_req_str(uintptr_t p, uint32_t gen, int which, size_t *len)
+{
+    const kh_stream *s = (const kh_stream *)p;
+    if (s == NULL || s->gen != gen)
+        return NULL;
+    kh_str v = which == 0 ? s->method : s->path;
+    *len = v.len;
+    return v.ptr ? v.ptr : "";
+}
+
 /* The FFI path of response.finish (style.md §4): the runner's own reply with no header table (the
  * handler's return values and no res.headers, the hello-world shape), called from a JIT trace
  * without leaving it, where core.respond (a lua_CFunction) ends the trace (a stitch) and the

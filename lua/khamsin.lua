@@ -406,8 +406,8 @@ local function serve(handler, req, res)
 end
 errors.set_runner(serve)
 
-function k._run(handler, s, gen)
-    local req = new_req(s, gen)
+function k._run(handler, s, gen, p)
+    local req = new_req(s, gen, p)
     local res = new_res(s, gen, req)
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
@@ -421,8 +421,8 @@ local function serve_chain(handler, req, res)
     answer(res, n, a, b, c)
 end
 
-function run_chain(handler, s, gen)
-    local req = new_req(s, gen)
+function run_chain(handler, s, gen, p)
+    local req = new_req(s, gen, p)
     local res = new_res(s, gen, req)
     local ok, e = xpcall(serve_chain, on_error, handler, req, res)
     if not ok then mw.fail(req, res, e, answer) end

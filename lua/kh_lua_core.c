@@ -2,6 +2,9 @@
  * Owns:  nothing; every function checks its {stream, generation} pair first.
  * In:    calls from lua/khamsin*.lua on the worker's thread.
  * Out:   routes into the router; responses through kh_stream; waits that yield KH_YIELD.
+ *        Two FFI exports for the hot path (style.md §4), which the JIT compiles into the
+ *        request's trace: kh_lua_respond_fast (the runner's reply with no header table) and
+ *        kh_lua_req_str (req.method, req.path); neither calls into Lua.
  * Never: knows a wire format or a protocol; keeps a pointer to a Lua string past the call. */
 #include <stdarg.h>
 #include <stdio.h>

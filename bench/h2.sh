@@ -254,6 +254,12 @@ main() {
     mkdir -p "$TMP/cg"
     for s in $SERVERS; do
       [[ $s == *-tls ]] && continue
+      if [[ $s == nginx* ]]; then
+        # the first run (bench/results/h2-20261202-034957.txt) summed to less with the load than
+        # without: the worker's own file was not all there. Until that is found, no nginx row.
+        echo "  $s: not measured (callgrind of nginx's forked worker is not reliable here yet)"
+        continue
+      fi
       port=$(port_of "$s")
       for kind in base load; do
         cg_start "$s" "$port" "$TMP/cg/$s-$kind"
@@ -272,7 +278,7 @@ main() {
       echo "$s $(((load - base) / IR_N))" >>"$TMP/ir.txt"
     done
     for s in $SERVERS; do
-      [[ $s == *-tls ]] && continue
+      [[ $s == *-tls || $s == nginx* ]] && continue
       echo "### $s: top functions (self) of the loaded run"
       for f in "$TMP/cg/$s-load".*; do
         callgrind_annotate "$f" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 3,16p | sed -E 's/ \[[^]]*\]$//'

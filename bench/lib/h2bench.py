@@ -155,7 +155,7 @@ def cmd_report(a):
     for r in rows:
         if r["server"] not in servers:
             servers.append(r["server"])
-    print(f"  {'server':12s} {'c x m':>8s} {'req/s (median)':>16s} {'req/CPU-s (median)':>20s}  runs")
+    print(f"  {'server':15s} {'c x m':>8s} {'req/s (median)':>16s} {'req/CPU-s (median)':>20s}  runs")
     med = {}
     for k in keys:
         for s in servers:
@@ -165,9 +165,10 @@ def cmd_report(a):
             rps = statistics.median(r["rps"] for r in sel)
             eff = statistics.median(r["req_per_cpu_s"] or 0 for r in sel)
             med[(s, k)] = (rps, eff)
-            print(f"  {s:12s} {str(k[0]) + 'x' + str(k[1]):>8s} {rps:16.0f} {eff:20.0f}  {len(sel)}")
+            print(f"  {s:15s} {str(k[0]) + 'x' + str(k[1]):>8s} {rps:16.0f} {eff:20.0f}  {len(sel)}")
     for k in keys:
-        for ours, theirs in (("khamsin", "nginx-lua"), ("khamsin-tls", "nginx-lua-tls")):
+        for ours, theirs in (("khamsin", "nginx-lua"), ("khamsin", "lighttpd"), ("khamsin", "lighttpd-static"),
+                            ("khamsin-tls", "nginx-lua-tls")):
             if (ours, k) in med and (theirs, k) in med:
                 kr, ke = med[(ours, k)]
                 nr, ne = med[(theirs, k)]

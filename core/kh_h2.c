@@ -17,8 +17,9 @@
  * per request in nghttp2 and in our callbacks, not in syscalls. Cut here: x-request-id is sent
  * not indexed (h2_head: it had filled the HPACK table, ~5,000 instructions a response), the
  * fields' stream is remembered across a header block (hd_stream: no map lookup per field), a
- * field is stored with one reserve, the head's field array is on the stack, and nghttp2's small
- * blocks come from per-thread free lists (h2_cache_get). What is left is mostly nghttp2's HPACK
+ * field is stored with one reserve, the head's field array is on the stack, the builder's static
+ * names go to nghttp2 uncopied, and nghttp2's small blocks come from per-thread free lists
+ * (h2_cache_get). What is left is mostly nghttp2's HPACK
  * and frame work, kh_stream's head copy and the Lua handler (the split: bench/README.md, h2.sh).
  *
  * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
@@ -1565,6 +1566,11 @@ static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
          * is still indexed, so that the name stays in the table and goes out as an index. */
         if (nm.len == 12 && memcmp(nm.ptr, "x-request-id", 12) == 0 && (hs->id & 127) != 1)
             nv[i].flags = NGHTTP2_NV_FLAG_NO_INDEX;
+        /* a name the builder did not lower into b.lower is one of its static literals (":status",
+         * "server", "date", "content-length"; kh_stream.h): nghttp2 need not copy and lower it */
+        if (b.lower == b.lower_local &&
+            (nm.ptr < b.lower_local || nm.ptr >= b.lower_local + sizeof b.lower_local))
+            nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_NAME;
     }
     if (b.no_data)
         hs->flags |= HS_NO_DATA;

@@ -3,11 +3,11 @@
 # fuzz smoke runs). usage: .ci/test.sh ASAN_BUILD_DIR FUZZ_BUILD_DIR
 # Time (the suite's budget is 15 min on the 2-core box):
 #  - the clang fuzz build (only the kh_fuzz_* binaries: target kh_fuzz_targets) starts first, in
-#    the background at nice 19 / idle I/O class: it takes the CPU that ctest and the specs leave
-#    idle (the specs wait on sockets, timers and child processes much of the time) and yields it
-#    at once to them, so a spec's timing does not depend on it;
+#    the background at nice 19 and the lowest best-effort I/O priority: it takes the CPU that
+#    ctest and the specs leave idle (the specs wait on sockets, timers and child processes much
+#    of the time) and gives it back as soon as they want it;
 #  - ctest runs its cases $(nproc) at a time;
-#  - the libFuzzer smoke runs go $(nproc) at a time (FUZZ_JOBS), FUZZ_SECONDS (10) each: the
+#  - the libFuzzer smoke runs go FUZZ_JOBS ($(nproc)) at a time, FUZZ_SECONDS (10) each: the
 #    corpora and regressions are replayed in full by ctest; the smoke run is for new inputs.
 set -uo pipefail
 asan=${1:-build-asan}
@@ -18,7 +18,7 @@ failed=0
 jobs=$(nproc)
 
 fuzz_log=$(mktemp)
-( nice -n 19 ionice -c 3 sh -c 'CC=clang cmake -S . -B "$1" -DKH_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+( nice -n 19 ionice -c 2 -n 7 sh -c 'CC=clang cmake -S . -B "$1" -DKH_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
     cmake --build "$1" -j"$2" --target kh_fuzz_targets' sh "$fuzz" "$jobs" >"$fuzz_log" 2>&1 ) &
 fuzz_build=$!
 
@@ -56,7 +56,7 @@ else
   failed=$((failed + 1))
 fi
 
-echo "== libFuzzer smoke runs (clang), ${FUZZ_SECONDS:-10} s each, $jobs at a time"
+echo "== libFuzzer smoke runs (clang), ${FUZZ_SECONDS:-10} s each, ${FUZZ_JOBS:-$jobs} at a time"
 if wait "$fuzz_build"; then
   work=$(mktemp -d)
   targets=()
@@ -64,12 +64,12 @@ if wait "$fuzz_build"; then
     [ -x "$bin" ] || continue
     t=${bin##*/kh_fuzz_}
     targets+=("$t")
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
     mkdir "$work/$t"
-    ( "$bin" -max_total_time=${FUZZ_SECONDS:-10} -print_final_stats=1 -dict=core/fuzz/http.dict "$work/$t" \
-        "core/fuzz/corpus/$t" >"$work/$t.log" 2>&1; echo $? >"$work/$t.rc" ) &
   done
-  wait
+  printf '%s\n' "${targets[@]}" | xargs -P "${FUZZ_JOBS:-$jobs}" -I{} sh -c '
+    "$1/kh_fuzz_$2" -max_total_time="$3" -print_final_stats=1 -dict=core/fuzz/http.dict "$4/$2" \
+      "core/fuzz/corpus/$2" >"$4/$2.log" 2>&1
+    echo $? >"$4/$2.rc"' sh "$fuzz" {} "${FUZZ_SECONDS:-10}" "$work"
   for t in "${targets[@]}"; do
     if [ "$(cat "$work/$t.rc")" = 0 ]; then
       echo "fuzz $t: ok ($(grep -Eo 'stat::number_of_executed_units: [0-9]+' "$work/$t.log" | awk '{print $2}') runs)"

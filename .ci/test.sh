@@ -5,7 +5,8 @@
 #  - the clang fuzz build (only the kh_fuzz_* binaries: target kh_fuzz_targets) starts first, in
 #    the background at nice 19 and the lowest best-effort I/O priority: it takes the CPU that
 #    ctest and the specs leave idle (the specs wait on sockets, timers and child processes much
-#    of the time) and gives it back as soon as they want it;
+#    of the time) and gives it back as soon as they want it; once the specs are done, the rest of
+#    it goes on at the normal priority;
 #  - ctest runs its cases $(nproc) at a time;
 #  - the libFuzzer smoke runs go FUZZ_JOBS ($(nproc)) at a time, FUZZ_SECONDS (10) each: the
 #    corpora and regressions are replayed in full by ctest; the smoke run is for new inputs.
@@ -57,6 +58,9 @@ else
 fi
 
 echo "== libFuzzer smoke runs (clang), ${FUZZ_SECONDS:-10} s each, ${FUZZ_JOBS:-$jobs} at a time"
+# what is left of the build now runs at the normal priority (as root; else it stays at 19)
+descendants() { local c; for c in $(pgrep -P "$1" 2>/dev/null); do echo "$c"; descendants "$c"; done; }
+renice -n 0 -p "$fuzz_build" $(descendants "$fuzz_build") >/dev/null 2>&1
 if wait "$fuzz_build"; then
   work=$(mktemp -d)
   targets=()

@@ -14,7 +14,11 @@
 # the handler, the write, the close, with the whole process counted (libuv, LuaJIT, libc) but
 # not the kernel's time. One worker each: khamsin --workers 1; nginx with
 # `master_process off; worker_processes 1` (same hello content as bench/http1.sh).
-# Knobs: SERVERS="khamsin nginx-lua" (nginx-static too if named), TOOLS="callgrind strace",
+# TOOLS=segments (root only): TCP segments per connection, both directions (/proc/net/snmp
+# Tcp OutSegs; on loopback each segment is sent once and received once), and resets sent
+# (OutRsts), the server running natively in a network namespace of its own (unshare -n), so
+# that nothing else on the box is counted: what the kernel sends and receives per connection.
+# Knobs: SERVERS="khamsin nginx-lua" (nginx-static too if named), TOOLS="callgrind strace segments",
 #   N=2000, CONC=8, PORT=23290, KHAMSIN_BIN=build-release/khamsin, TOP=12 (functions shown).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,7 +27,7 @@ PY=/usr/bin/python3
 . bench/lib/common.sh
 BIN=${KHAMSIN_BIN:-build-release/khamsin}
 SERVERS=${SERVERS:-"khamsin nginx-lua"}
-TOOLS=${TOOLS:-"callgrind strace"}
+TOOLS=${TOOLS:-"callgrind strace segments"}
 N=${N:-2000}
 CONC=${CONC:-8}
 PORT=${PORT:-23290}
@@ -59,11 +63,14 @@ run() { # tool server out n -> runs the server under the tool, serves n connecti
   case $tool in
     callgrind) valgrind --tool=callgrind --callgrind-out-file="$out" "${cmd[@]}" >"$TMP/log" 2>&1 & ;;
     strace) strace -f -c -o "$out" "${cmd[@]}" >"$TMP/log" 2>&1 & ;;
+    segments) "${cmd[@]}" >"$TMP/log" 2>&1 & ;;
   esac
   PID=$!
   for ((i = 0; i < 300; i++)); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
   ((i < 300)) || { cat "$TMP/log" >&2; echo "$s did not start under $tool" >&2; exit 1; }
+  [[ $tool == segments ]] && { sleep 0.3; tcp_counts >"$out.before"; }
   if ((n > 0)); then $PY bench/lib/connclient.py "$PORT" "$n" "$CONC" >/dev/null || { echo "$s: client failed" >&2; exit 1; }; fi
+  [[ $tool == segments ]] && { sleep 0.5; tcp_counts >"$out.after"; }
   # TERM until it is gone: nginx in single-process mode under valgrind can miss one
   # (under strace the server is strace's child: the signal goes to it, not to strace)
   local target=$PID
@@ -74,6 +81,10 @@ run() { # tool server out n -> runs the server under the tool, serves n connecti
   for ((i = 0; i < 100; i++)); do $PY bench/lib/benchlib.py portfree "$PORT" 2>/dev/null && break; sleep 0.1; done
 }
 
+tcp_counts() { # "OutSegs OutRsts" of this network namespace
+  awk '$1 == "Tcp:" && !h {for (i = 2; i <= NF; i++) k[i] = $i; h = 1; next}
+       $1 == "Tcp:" {for (i = 2; i <= NF; i++) v[k[i]] = $i; print v["OutSegs"], v["OutRsts"]}' /proc/net/snmp
+}
 total_ir() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 calls() { # strace -c file -> "syscall calls" lines
   awk '$1 ~ /^[0-9.]+$/ && NF >= 5 {print $NF, $4}' "$1"
@@ -85,7 +96,20 @@ echo "command:  SERVERS=\"$SERVERS\" TOOLS=\"$TOOLS\" N=$N CONC=$CONC KHAMSIN_BI
 echo "git:      $(git rev-parse --short HEAD) ($(git status --porcelain -- core lua | wc -l) uncommitted change(s) under core/ lua/)"
 echo "nginx:    $(nginx -v 2>&1 | sed 's/^nginx version: //')"
 for tool in $TOOLS; do
+  if [[ $tool == segments && -z ${_KH_NETNS:-} ]]; then
+    # again inside a network namespace of our own, with only this tool
+    unshare -n env _KH_NETNS=1 TOOLS=segments SERVERS="$SERVERS" N="$N" CONC="$CONC" PORT="$PORT" \
+      KHAMSIN_BIN="$BIN" bash -c 'ip link set lo up && exec bash bench/perconn.sh' | sed -n '/^## /,$p'
+    continue
+  fi
   for s in $SERVERS; do
+    if [[ $tool == segments ]]; then
+      run "$tool" "$s" "$TMP/$s.$tool" "$N"
+      read -r o0 r0 <"$TMP/$s.$tool.before"; read -r o1 r1 <"$TMP/$s.$tool.after"
+      echo
+      echo "## $s: TCP segments per connection (client and server, /proc/net/snmp in a private netns): $(awk -v a="$o0" -v b="$o1" -v n="$N" 'BEGIN {printf "%.2f", (b - a) / n}'), resets sent $(awk -v a="$r0" -v b="$r1" -v n="$N" 'BEGIN {printf "%.3f", (b - a) / n}')"
+      continue
+    fi
     run "$tool" "$s" "$TMP/$s.$tool.base" 0
     run "$tool" "$s" "$TMP/$s.$tool.load" "$N"
     if [[ $tool == callgrind ]]; then

@@ -6,8 +6,12 @@
  *        batches; the answers leave at the flush pass after the whole batch), a 57 KiB send
  *        buffer, the CID table; per connection the ngtcp2_conn, its TLS session (until the
  *        handshake is complete: drop_tls), its kh_h3, a kh_dtimer and its CIDs.
- * Memory: ngtcp2 and nghttp3 allocate through kh_quic_malloc & co., which mmap blocks of 6 KiB
- *        and more (the libraries' per-connection pools), so untouched pool pages are free.
+ * Memory: ngtcp2 and nghttp3 allocate through kh_quic_malloc & co., which mmap malloc'd blocks
+ *        of 6 KiB and more (the libraries' per-connection pools), so untouched pool pages are
+ *        free, and keep calloc'd objects (ngtcp2_conn) in the heap. An idle connection still
+ *        costs ~84 KB (bench/h3mem.sh, 5,000 held; h2 over TLS 10 KB): about one page per pool
+ *        ngtcp2 0.12 and nghttp3 0.8 keep (11 of them) plus ~32 KB of heap objects, fixed in the
+ *        libraries (see "memory for ngtcp2 and nghttp3" below).
  * In:    datagrams; the worker's flush pass (kh_wconn.flush), its variable-deadline timer
  *        (ngtcp2_conn_get_expiry and kh_h3's application timeouts), its stop walks.
  * Out:   datagrams: a write pass (write_out) collects a connection's packets and sends runs of
@@ -902,12 +906,19 @@ static kh_quic_conn *conn_new(quic_sock *s, const ngtcp2_pkt_hd *hd, const ngtcp
 }
 
 /* ---- memory for ngtcp2 and nghttp3 ----
- * Both libraries carve their objects from pools they malloc per connection, a block at a time
- * (ngtcp2 0.12: 64 frame chains = 8 KiB, 64 sent-packet entries = 7 KiB, 16 streams = 11 KiB;
- * nghttp3 0.8: 16 streams = 43 KiB), and an idle connection uses a few objects of each. From
- * malloc's heap such a block lands on pages a freed connection left resident; a block of
- * KH_QUIC_MMAP_MIN bytes or more is mmap'd instead, so only the pages the pool hands out count
- * (calloc needs no memset: the pages are zero). A 16-byte header holds the size. */
+ * Both libraries carve their objects from pools they malloc per connection, a block at a time,
+ * and use the front of each. An idle connection (bench/results/h3mem-trace-20261202.txt, per
+ * call site) keeps ngtcp2 0.12's skip-list node pools (8 nodes of 1-1.5 KiB a block, one node
+ * used: 5 blocks of 8-12 KiB, 2 of 4 KiB), its pools of 64 frame chains, 64 sent-packet entries
+ * and 64 streams (7-11 KiB each, a few used), nghttp3 0.8's pool of 64 streams (43 KiB, 7 used)
+ * and skip-list pool (8 KiB). From malloc's heap such a block lands on pages a freed connection
+ * left resident, all of it counted; a malloc'd block of KH_QUIC_MMAP_MIN bytes or more is mmap'd
+ * instead, so only the pages the pool handed out count: one page a block (two for nghttp3's
+ * streams), which is the floor, since the used fronts of two blocks cannot share a page. What
+ * the libraries calloc is an object they use whole (ngtcp2_conn, 8.2 KiB): it stays in the
+ * heap, where it takes its size and not three whole pages. The block counts and sizes are
+ * compile-time constants of the libraries; ngtcp2 >= 1.6 (one-node skip-list blocks, pools of
+ * 16) and nghttp3 >= 1.4 (8 streams a pool) shrink them. A 16-byte header holds the size. */
 #define KH_QUIC_MMAP_MIN (6 * 1024)
 #define KH_QUIC_HDR 16
 typedef struct {
@@ -922,7 +933,7 @@ static void *mem_alloc(size_t n, int zero)
     if (total < n)
         return NULL;
     h = MAP_FAILED;
-    if (n >= KH_QUIC_MMAP_MIN) /* (out of mappings, vm.max_map_count: malloc after all) */
+    if (n >= KH_QUIC_MMAP_MIN && !zero) /* (out of mappings, vm.max_map_count: malloc) */
         h = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (h != MAP_FAILED) {
         h->mapped = 1;

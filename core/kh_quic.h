@@ -77,7 +77,8 @@ int kh_h3_done(kh_h3 *h);
 int kh_h3_busy(kh_h3 *h);
 const char *kh_h3_versions(void);
 /* The allocator kh_quic gives ngtcp2 and hands kh_h3 for nghttp3 (ngtcp2_mem / nghttp3_mem
- * shape): blocks of 6 KiB and more are mmap'd, so a pool's untouched pages are not resident. */
+ * shape): malloc'd blocks of 6 KiB and more (pools) are mmap'd, so a pool's untouched pages are
+ * not resident; calloc'd ones (whole objects) stay in the heap. */
 void *kh_quic_malloc(size_t n, void *ud);
 void *kh_quic_calloc(size_t nmemb, size_t size, void *ud);
 void kh_quic_free(void *p, void *ud);

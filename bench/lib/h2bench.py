@@ -176,6 +176,7 @@ def cmd_idle(a):
     benchlib.raise_nofile()
     time.sleep(0.5)
     base, _ = benchlib.pss_kib(a.root)
+    abase = benchlib.anon_kib(a.root)
     socks = []
     for i in range(a.n):
         s = connect(a.port, a.tls, 5)
@@ -186,6 +187,7 @@ def cmd_idle(a):
         socks.append(s)
     time.sleep(1)
     after, _ = benchlib.pss_kib(a.root)
+    aafter = benchlib.anon_kib(a.root)
     closed = 0
     for s in socks:
         s.setblocking(False)
@@ -197,11 +199,15 @@ def cmd_idle(a):
         except OSError:
             closed += 1
     per = (after - base) * 1024 / a.n
+    aper = (aafter - abase) * 1024 / a.n
     print(f"  {a.name:13s} {a.n} idle {'h2 (TLS)' if a.tls else 'h2c'} connections: PSS {base} KiB -> {after} KiB, "
-          f"{per:.0f} bytes per connection ({closed} closed by the server meanwhile)")
+          f"{per:.0f} bytes per connection; RssAnon {abase} KiB -> {aafter} KiB, {aper:.0f} bytes per "
+          f"connection ({closed} closed by the server meanwhile)")
     with open(a.jsonl, "a") as f:
         f.write(json.dumps({"server": a.name, "n": a.n, "pss_before_kib": base, "pss_after_kib": after,
-                            "bytes_per_conn": round(per), "closed": closed}) + "\n")
+                            "bytes_per_conn": round(per), "anon_before_kib": abase,
+                            "anon_after_kib": aafter, "anon_bytes_per_conn": round(aper),
+                            "closed": closed}) + "\n")
     for s in socks:
         s.close()
 

@@ -10,6 +10,12 @@
  *          -d S        send requests for S seconds instead of -n (those in flight then finish)
  *          -H 'N: v'   request header (repeatable)
  *          -t S        give up after S seconds without progress (default 10)
+ *          --hold S    once every request is answered keep the connections open, idle, for S
+ *                      seconds (printing "held: N connections idle" when they all are, then
+ *                      "released"; SIGUSR1 releases them at once), then close them: the
+ *                      server's memory per idle h3 connection (bench/h3mem.sh,
+ *                      spec/h3_idle_mem_spec.lua)
+ *          --ramp R    at most R connections in their handshake at once (default: all)
  * Out:   on stdout: requests done, ok and failed (a status other than 200, a reset stream, or a
  *        request lost with its connection or to the timeout all count as failed), requests per
  *        second, and latency percentiles (from submitting a request to the end of its
@@ -17,6 +23,7 @@
  * Never: verifies the server's certificate (a test tool, like curl -k); reads response bodies
  *        beyond counting them. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +44,8 @@ typedef struct {
     long long total;    /* -n */
     double duration;    /* -d (0: use -n) */
     double timeout;
+    double hold;        /* --hold: keep each connection open idle this long once all is done */
+    int ramp;           /* --ramp: at most this many connections in their handshake at once */
 } opts_t;
 
 typedef struct req {
@@ -53,6 +62,7 @@ typedef struct client {
     int dead;
     int dying;     /* being freed: nghttp3's callbacks change nothing */
     int in_flight;
+    int issued;    /* requests submitted on this connection */
     int idx;
     req_t reqs;    /* list head: requests whose stream has not closed yet */
 } client_t;
@@ -67,6 +77,13 @@ static struct {
 } S;
 static struct addrinfo *target;
 static int epfd;
+static volatile sig_atomic_t release_now; /* --hold: SIGUSR1 came */
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    release_now = 1;
+}
 
 static void *xmalloc(size_t n)
 {
@@ -229,6 +246,7 @@ static int submit_request(client_t *c)
         return -1;
     }
     c->in_flight++;
+    c->issued++;
     S.issued++;
     return 0;
 }
@@ -312,7 +330,8 @@ static int client_open(client_t *c)
     cb.handshake_completed = q_handshake_completed;
     cb.recv_stream_data = q_recv_stream_data;
     cb.extend_max_local_streams_bidi = q_extend_bidi;
-    return kh_h3cli_connect(&c->q, &cb, -1, KH_H3CLI_MAX_UDP, 16 << 20, O.timeout, c);
+    return kh_h3cli_connect(&c->q, &cb, -1, KH_H3CLI_MAX_UDP, 16 << 20,
+                            O.hold > 0 ? O.timeout + O.hold + 10 : O.timeout, c);
 }
 
 /* The connection failed: its requests in flight count as failed (lost). */
@@ -395,7 +414,7 @@ static double pct(double p)
 static void usage(void)
 {
     fprintf(stderr, "usage: kh-h3load [-c CONNECTIONS] [-m STREAMS] [-n TOTAL | -d SECONDS] "
-            "[-H 'Name: value']... [-t TIMEOUT] https://HOST:PORT/PATH\n");
+            "[-H 'Name: value']... [-t TIMEOUT] [--hold S] [--ramp R] https://HOST:PORT/PATH\n");
     exit(2);
 }
 
@@ -417,6 +436,10 @@ int main(int argc, char **argv)
             O.duration = atof(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "-t") == 0)
             O.timeout = atof(argv[++i]);
+        else if (i + 1 < argc && strcmp(a, "--hold") == 0)
+            O.hold = atof(argv[++i]);
+        else if (i + 1 < argc && strcmp(a, "--ramp") == 0)
+            O.ramp = atoi(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "-H") == 0 && O.nhdrs < 60)
             O.hdrs[O.nhdrs++] = argv[++i];
         else if (a[0] != '-' && !url)
@@ -426,7 +449,7 @@ int main(int argc, char **argv)
     }
     kh_h3cli_url u;
     if (!url || kh_h3cli_parse_url(url, &u) != 0 || O.conns < 1 || O.streams < 1 ||
-        O.total < 1 || O.timeout <= 0)
+        O.total < 1 || O.timeout <= 0 || O.hold < 0 || O.ramp < 0)
         usage();
     O.host = u.host;
     O.port = u.port;
@@ -439,26 +462,52 @@ int main(int argc, char **argv)
         return 2;
     }
     gnutls_global_init();
+    if (O.hold > 0) {
+        struct sigaction sa = {0};
+        sa.sa_handler = on_usr1; /* no SA_RESTART: epoll_wait returns (EINTR) */
+        sigaction(SIGUSR1, &sa, NULL);
+    }
     epfd = epoll_create1(EPOLL_CLOEXEC);
     client_t *cs = calloc((size_t)O.conns, sizeof *cs);
     if (!cs)
         return 2;
     S.t_start = S.t_last = S.last_progress = now_ns();
     S.send_until = S.t_start + (uint64_t)(O.duration * 1e9);
-    int live = 0;
-    for (int i = 0; i < O.conns; i++) {
+    int opened = 0; /* cs[0..opened) have been opened (--ramp opens the rest as handshakes end) */
+    for (int i = 0; i < O.conns; i++)
         cs[i].idx = i;
-        if (client_open(&cs[i]) != 0)
-            return 2;
-        live++;
-    }
     int timed_out = 0;
+    uint64_t held_until = 0; /* --hold: every connection idle, kept open until then */
     struct epoll_event evs[256];
     for (;;) {
         /* issue, write, and find the next deadline */
         uint64_t now = now_ns(), next = now + 100000000u;
-        int active = 0;
-        for (int i = 0; i < O.conns; i++) {
+        int active = 0, handshaking = 0;
+        for (int i = 0; i < opened; i++)
+            handshaking += !cs[i].dead && !cs[i].ready;
+        while (opened < O.conns && (O.ramp == 0 || handshaking < O.ramp)) {
+            if (client_open(&cs[opened++]) != 0)
+                return 2;
+            handshaking++;
+        }
+        if (O.hold > 0 && held_until == 0 && opened == O.conns && !more_to_issue() &&
+            S.done == S.issued) {
+            int idle = 0;
+            for (int i = 0; i < O.conns; i++)
+                idle += !cs[i].dead && cs[i].ready && cs[i].in_flight == 0;
+            printf("held: %d connections idle\n", idle);
+            fflush(stdout);
+            held_until = now + (uint64_t)(O.hold * 1e9);
+        }
+        if (held_until && (now >= held_until || release_now)) {
+            printf("released\n");
+            fflush(stdout);
+            for (int i = 0; i < O.conns; i++)
+                if (!cs[i].dead)
+                    close_gracefully(&cs[i]);
+            break;
+        }
+        for (int i = 0; i < opened; i++) {
             client_t *c = &cs[i];
             if (c->dead) {
                 if (!more_to_issue())
@@ -467,7 +516,9 @@ int main(int argc, char **argv)
                     return 2;
             }
             if (c->ready) {
-                while (!c->blocked && c->in_flight < O.streams && more_to_issue()) {
+                /* --hold: the requests spread evenly, so that each connection made one */
+                while (!c->blocked && c->in_flight < O.streams && more_to_issue() &&
+                       (O.hold == 0 || c->issued < (O.total + O.conns - 1) / O.conns)) {
                     int r = submit_request(c);
                     if (r < 0) {
                         client_fail(c, "cannot submit a request");
@@ -479,7 +530,7 @@ int main(int argc, char **argv)
             }
             if (c->dead)
                 continue;
-            if (c->in_flight == 0 && c->ready && !more_to_issue()) {
+            if (c->in_flight == 0 && c->ready && !more_to_issue() && O.hold == 0) {
                 close_gracefully(c);
                 continue;
             }
@@ -495,7 +546,7 @@ int main(int argc, char **argv)
         if (active == 0)
             break;
         now = now_ns();
-        if (now - S.last_progress > (uint64_t)(O.timeout * 1e9)) {
+        if (held_until == 0 && now - S.last_progress > (uint64_t)(O.timeout * 1e9)) {
             timed_out = 1;
             break;
         }
@@ -507,7 +558,7 @@ int main(int argc, char **argv)
                 read_in(c);
         }
         now = now_ns();
-        for (int i = 0; i < O.conns; i++) {
+        for (int i = 0; i < opened; i++) {
             client_t *c = &cs[i];
             if (c->dead || ngtcp2_conn_get_expiry(c->q.qc) > now)
                 continue;
@@ -516,7 +567,7 @@ int main(int argc, char **argv)
                 client_fail(c, r == NGTCP2_ERR_IDLE_CLOSE ? "idle timeout" : ngtcp2_strerror(r));
         }
     }
-    for (int i = 0; i < O.conns; i++)
+    for (int i = 0; i < opened; i++)
         if (!cs[i].dead)
             client_fail(&cs[i], "timed out");
     double secs = (double)(S.t_last - S.t_start) / 1e9;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/h3.sh: HTTP/3 hello-world throughput with many connections x streams against khamsin's
-# own HTTP/1.1 over TLS and HTTP/2 over TLS, in the same run, alternating A B C A B C, ROUNDS
-# rounds; medians and spread.
+# own HTTP/1.1 over TLS and HTTP/2 over TLS, in the same run, on the noisy-box method of
+# bench/lib/common.sh: A B C then C B A, ROUNDS kept rounds (disturbed rounds discarded and
+# redone), medians [min..max] and per-round ratios to h1 over TLS with a bootstrap CI95.
 # Load:   h3  kh-h3load -c C -m M -n N                (core/tools/kh_h3load.c)
 #         h1  h2load --h1 -c C -n N                   (TLS; one request at a time per connection,
 #                                                      as wrk does: h1 browsers do not pipeline)
@@ -21,6 +22,8 @@
 #                       adds --limit h3_gso=0, :b1 --limit h3_recv_batch=1 to that server)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY=/usr/bin/python3
+. bench/lib/common.sh
 N=${N:-30000}
 ROUNDS=${ROUNDS:-5}
 C=${C:-32}
@@ -170,15 +173,29 @@ else
     echo "# the box is shared with other helpers' builds and tests: compare ratios of this run only"
     echo "# per run: requests per server CPU-second, wall req/s, p99 ms"
     declare -A R W L
-    for r in $(seq 1 "$ROUNDS"); do
-        for p in $PROTOS; do
+    bench_method_line
+    bench_rounds_init "$TMP"
+    while bench_round_next; do # the order of the protocols flips each round (A B C, C B A)
+        r=$BENCH_ROUND
+        order=$PROTOS; [ $((r % 2)) = 1 ] || order=$(echo $PROTOS | tr ' ' '\n' | tac | tr '\n' ' ')
+        declare -A TR=() TW=() TL=()
+        for p in $order; do
             v=$(run_one "$p")
             case $v in FAILED*) echo "round $r $p FAILED: no figures from this run"; exit 1 ;; esac
             set -- $v
-            R[$p]="${R[$p]:-} $1"; W[$p]="${W[$p]:-} $2"; L[$p]="${L[$p]:-} $3"
+            TR[$p]=$1; TW[$p]=$2; TL[$p]=$3
+            echo "{\"round\": $r, \"server\": \"$p\", \"req_per_cpu\": $1, \"rps\": $2, \"p99_ms\": $3}" >>"$TMP/rows.jsonl"
             echo "round $r $p cpu-rps $1 wall-rps $2 p99-ms $3"
         done
+        if bench_round_end; then
+            for p in $PROTOS; do R[$p]="${R[$p]:-} ${TR[$p]}"; W[$p]="${W[$p]:-} ${TW[$p]}"; L[$p]="${L[$p]:-} ${TL[$p]}"; done
+        fi
     done
+    # every round disturbed: use them all (the summary flags it ALL-DISTURBED)
+    if [ -z "${R[${PROTOS%% *}]:-}" ]; then
+        while read -r p a b c; do R[$p]="${R[$p]:-} $a"; W[$p]="${W[$p]:-} $b"; L[$p]="${L[$p]:-} $c"; done < <(
+            $PY -c 'import json,sys; [print(r["server"], r["req_per_cpu"], r["rps"], r["p99_ms"]) for r in map(json.loads, open(sys.argv[1]))]' "$TMP/rows.jsonl")
+    fi
     med() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)] " (min " a[1] ", max " a[NR] ")"}'; }
     m() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
     for p in $PROTOS; do
@@ -188,6 +205,11 @@ else
     for p in $PROTOS; do
         [ "$p" = "$base" ] && continue
         awk -v a="$(echo ${R[$p]} | m)" -v b="$(echo ${R[$base]} | m)" -v p="$p" -v q="$base" 'BEGIN { printf "ratio %s/%s %.2f (per server CPU-second, medians)\n", p, q, a / b }'
+    done
+    for p in $PROTOS; do
+        [ "$p" = "$base" ] && continue
+        bench_summary "$TMP/rows.jsonl" --metric req_per_cpu --metric rps --metric p99_ms --lower p99_ms \
+            --subject "$p" --anchor "$base" --label "HTTP/3 hello: $p vs our own $base over TLS (-c $C -m $M)"
     done
 fi
 echo "# load at end $(cut -d' ' -f1-3 /proc/loadavg)"

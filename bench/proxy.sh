@@ -83,13 +83,14 @@ echo
 echo "## proxied requests per second of proxy CPU; wrk -c$CONNS, ${DURATION}s windows"
 up_rounds 1 req/cpu-s "${RUNS[@]}"
 echo
-echo "## medians (requests per proxy CPU-second; min..max over $ROUNDS rounds)"
+echo "## medians (requests per proxy CPU-second; min..max over the kept rounds)"
 up_medians "${RUNS[@]}"
 K=$(echo "${PER_CPU[khamsin-k.http]}" | median)
 N=$(echo "${PER_CPU[nginx-proxy_pass]}" | median)
 echo
 echo "## ratio (medians): khamsin k.http / nginx proxy_pass = $(ratio "$K" "$N")  (target >= 0.8)"
 echo "## ratio within each round, median: $(up_pair_ratio khamsin-k.http nginx-proxy_pass)"
+up_summary khamsin-k.http nginx-proxy_pass "reverse proxy hop per proxy CPU-second, vs nginx proxy_pass (wrk -c$CONNS)"
 echo "## open upstream connections at the end (ss): khamsin $(ss -tnp 2>/dev/null | grep -c "pid=$KPID,.*" || true)"
 echo "## syscalls per proxied request (strace -c -f over a 2 s wrk window; strace slows the"
 echo "## server, the counts are what matters):"

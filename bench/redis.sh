@@ -14,7 +14,7 @@
 #
 #   bench/redis.sh                         # ~2 min; result in bench/results/redis-<stamp>.txt
 #   DURATION=3 ROUNDS=3 bench/redis.sh
-# Env: DURATION=5 ROUNDS=3 CONNS=64 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
+# Env: DURATION=5 ROUNDS=5 CONNS=64 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
 #      PORT=24090 REDIS_PORT=24091
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,7 +22,7 @@ cd "$ROOT"
 NAME=redis
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-64}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 SERVER_CORE=${SERVER_CORE:-1}
 WRK_CORE=${WRK_CORE:-0}
 PORT=${PORT:-24090}
@@ -105,7 +105,7 @@ echo
 echo "## round trips (2 per request: SET + GET) per second of server CPU; wrk -c$CONNS, ${DURATION}s windows"
 up_rounds 2 rt/cpu-s "${RUNS[@]}"
 echo
-echo "## medians (round trips per server CPU-second; min..max over $ROUNDS rounds)"
+echo "## medians (round trips per server CPU-second; min..max over the kept rounds)"
 up_medians "${RUNS[@]}"
 LR=$(echo "${PER_CPU[khamsin-lua-redis]}" | median)
 RAW=$(echo "${PER_CPU[khamsin-raw]}" | median)
@@ -118,4 +118,11 @@ if [[ $NGINX == 1 ]]; then
   ORR=$(echo "${PER_CPU[openresty-raw]}" | median)
   echo "raw RESP: khamsin k.socket / OpenResty ngx.socket:     $(ratio "$RAW" "$ORR")"
   echo "lua-redis on k.socket / OpenResty raw RESP:            $(ratio "$LR" "$ORR")"
+fi
+echo
+if [[ $NGINX == 1 ]]; then
+  up_summary khamsin-raw openresty-raw "Redis SET+GET round trips per server CPU-second, raw RESP: k.socket vs OpenResty cosocket"
+  up_summary khamsin-lua-redis openresty-raw "Redis round trips per server CPU-second: lua-redis on k.socket vs OpenResty raw RESP"
+else
+  up_summary khamsin-lua-redis khamsin-raw "Redis round trips per server CPU-second: lua-redis vs raw RESP, both on k.socket"
 fi

@@ -4,23 +4,25 @@
 #      GETs / on a keep-alive connection while the file is saved (renamed over, as editors do)
 #      with a new greeting, ROUNDS_SAVE times; ms from the save to the first new answer.
 #   2. the cost of reloading under load: wrk -c$CONNS on / for DURATION s, alternating windows
-#      without reloads and with a SIGHUP (a full reload of the app) every HUP_MS ms, ROUNDS
-#      rounds in the same run; req/s, server CPU per request (/proc/PID/stat) and the ratio.
+#      without reloads and with a SIGHUP (a full reload of the app) every HUP_MS ms, on the
+#      noisy-box method of bench/lib/common.sh (ROUNDS kept rounds, disturbed ones discarded and
+#      redone); req/s, server CPU per request (/proc/PID/stat) and the per-round ratio.
 #   3. the memory of an idle old instance: N reloads, each leaving the old instance alive,
 #      held by one deferred reply nobody answers; RSS before, while held, after they close.
 # Server pinned to SERVER_CORE, wrk to WRK_CORE. The box is shared with other runs: the ratios
 # measured in the same run are the figures to read, not the absolute req/s.
 #
 #   bench/reload.sh                 # ~2 min; result in bench/results/reload-<stamp>.txt
-# Env: DURATION=4 ROUNDS=3 CONNS=64 HUP_MS=100 ROUNDS_SAVE=10 N_IDLE=20 SERVER_CORE=1
+# Env: DURATION=4 ROUNDS=5 CONNS=64 HUP_MS=100 ROUNDS_SAVE=10 N_IDLE=20 SERVER_CORE=1
 #      WRK_CORE=0 PORT=24180 KHAMSIN_BIN=build-release/khamsin
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PY=/usr/bin/python3
+. bench/lib/common.sh
 LIB=bench/lib/reloadbench.py
 DURATION=${DURATION:-4}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 CONNS=${CONNS:-64}
 HUP_MS=${HUP_MS:-100}
 ROUNDS_SAVE=${ROUNDS_SAVE:-10}
@@ -47,6 +49,7 @@ exec > >(tee "$OUT") 2>&1
 echo "# bench/reload.sh $STAMP"
 echo "# command: ${BASH_SOURCE[0]} (DURATION=$DURATION ROUNDS=$ROUNDS CONNS=$CONNS HUP_MS=$HUP_MS ROUNDS_SAVE=$ROUNDS_SAVE N_IDLE=$N_IDLE SERVER_CORE=$SERVER_CORE WRK_CORE=$WRK_CORE)"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other helpers' builds and tests: absolute figures are noisy, read the same-run ratios)"
+bench_method_line
 echo "# machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uname -r)"
 echo "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD 2>/dev/null)), $(wrk --version 2>&1 | head -1 | cut -c1-40)"
 
@@ -75,13 +78,18 @@ start "$TMP/hello2.lua" --log-level info
 $PY $LIB window "$SPID" "$PORT" 1 "$WRK_CORE" "$CONNS" 0 >/dev/null # warm-up (JIT)
 printf '%-10s %6s %10s %12s %14s %8s %7s %8s\n' mode round req/s cpu_us/req req/cpu_s non2xx errors reloads
 A=""; B=""; AC=""; BC=""
-for ((r = 1; r <= ROUNDS; r++)); do
-  read -r rps cpu rpc non2xx errs rl < <($PY $LIB window "$SPID" "$PORT" "$DURATION" "$WRK_CORE" "$CONNS" 0)
-  printf '%-10s %6s %10s %12s %14s %8s %7s %8s\n' steady "$r" "$rps" "$cpu" "$rpc" "$non2xx" "$errs" "$rl"
-  A="$A $rps"; AC="$AC $rpc"
-  read -r rps cpu rpc non2xx errs rl < <($PY $LIB window "$SPID" "$PORT" "$DURATION" "$WRK_CORE" "$CONNS" "$HUP_MS")
-  printf '%-10s %6s %10s %12s %14s %8s %7s %8s\n' reloading "$r" "$rps" "$cpu" "$rpc" "$non2xx" "$errs" "$rl"
-  B="$B $rps"; BC="$BC $rpc"
+bench_rounds_init "$TMP"
+while bench_round_next; do # steady and reloading windows alternate, the first one flips each round
+  r=$BENCH_ROUND
+  modes="steady reloading"; ((r % 2)) || modes="reloading steady"
+  for mode in $modes; do
+    hup=0; [[ $mode == reloading ]] && hup=$HUP_MS
+    read -r rps cpu rpc non2xx errs rl < <($PY $LIB window "$SPID" "$PORT" "$DURATION" "$WRK_CORE" "$CONNS" "$hup")
+    printf '%-10s %6s %10s %12s %14s %8s %7s %8s\n' "$mode" "$r" "$rps" "$cpu" "$rpc" "$non2xx" "$errs" "$rl"
+    echo "{\"round\": $r, \"server\": \"$mode\", \"rps\": $rps, \"req_per_cpu\": $rpc}" >>"$TMP/rows.jsonl"
+    if [[ $mode == steady ]]; then A="$A $rps"; AC="$AC $rpc"; else B="$B $rps"; BC="$BC $rpc"; fi
+  done
+  bench_round_end || true
 done
 grep -c "reload: generation [0-9]* on" "$TMP/khamsin.log" | sed "s/^/# reloads logged as done: /" || true
 grep -c "reload failed" "$TMP/khamsin.log" | sed 's/^/# reloads failed: /' || true
@@ -107,3 +115,6 @@ echo "save -> first new answer (examples/hello.lua, --dev): median $s_med ms (mi
 echo "req/s steady: median $a_med ($a_min..$a_max); while reloading every $HUP_MS ms: median $b_med ($b_min..$b_max); ratio $(awk -v a="$a_med" -v b="$b_med" 'BEGIN {printf "%.2f", b / a}')"
 echo "req per server CPU-second steady: median $ac_med ($ac_min..$ac_max); reloading: median $bc_med ($bc_min..$bc_max); ratio $(awk -v a="$ac_med" -v b="$bc_med" 'BEGIN {printf "%.2f", b / a}')"
 echo "idle old instance (Lua state + router + one held request): $m_per kB RSS each"
+echo
+bench_summary "$TMP/rows.jsonl" --metric req_per_cpu --metric rps --subject reloading --anchor steady \
+  --label "hello under a SIGHUP every $HUP_MS ms vs no reload (wrk -c$CONNS; ratio = reloading / steady)"

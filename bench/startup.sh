@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # bench/startup.sh - start-up: exec of the server -> its first answered request, cleartext and
 # with a TLS listener (issue 15 item 5), against the floor (/bin/true spawned and polled the same
-# way), plus the load-independent part: callgrind instruction counts from exec to the first
-# request reaching Lua (bench/apps/first_answer.lua exits there) and where they go.
+# way), plus the load-independent parts: callgrind instruction counts from exec to the first
+# request reaching Lua (bench/apps/first_answer.lua exits there) and where they go, and the page
+# faults on that way, by phase and by mapping (cleartext; bench/lib/startupfaults.py).
 #
 #   bench/startup.sh                 # RUNS=20 (each run alternates floor, then every case)
 #   RUNS=5 PARTS=wall bench/startup.sh
+#   PARTS=faults bench/startup.sh    # page faults only (needs perf and tracefs: root)
 #
 # Cases: khamsin (cleartext, polled with GET /), khamsin-tls (--tls-cert/--tls-key, ECDSA P-256,
 # polled over TLS 1.3: a full handshake, then GET /), khamsin-ss-tls (--tls-self-signed, over TLS).
-# Env: KHAMSIN_BIN (default build-release/khamsin, built if missing) RUNS=20 PARTS="wall ir"
+# Env: KHAMSIN_BIN (default build-release/khamsin, built if missing) RUNS=20 PARTS="wall ir faults"
 #   SERVER_CORE=1 CLIENT_CORE=0 PORT=23290. Needs /usr/bin/python3, valgrind (PARTS=ir), curl.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +20,7 @@ PY=/usr/bin/python3
 . bench/lib/common.sh
 BIN=${KHAMSIN_BIN:-build-release/khamsin}
 RUNS=${RUNS:-20}
-PARTS=${PARTS:-"wall ir"}
+PARTS=${PARTS:-"wall ir faults"}
 SERVER_CORE=${SERVER_CORE:-1}
 CLIENT_CORE=${CLIENT_CORE:-0}
 PORT=${PORT:-23290}
@@ -97,6 +99,15 @@ breakdown() { # profile -> the inclusive counts of the start-up's parts
     if [[ -n ${BENCH_SUMMARY:-} ]]; then
       printf '| start-up | exec -> first request in Lua | instructions (lower better) | cleartext %s, TLS %s, self-signed %s | - | - | - |\n' \
         "$ir_clear" "$ir_tls" "$ir_ss" >>"$BENCH_SUMMARY"
+    fi
+  fi
+  if [[ " $PARTS " == *" faults "* ]]; then
+    echo
+    echo "## Page faults (cleartext, load-independent; each costs 10-35 us on the VMs measured): exec -> the first request reaching Lua"
+    if command -v perf >/dev/null && [[ $(id -u) == 0 ]]; then
+      $PY bench/lib/startupfaults.py --bin "$BIN" --port "$PORT" --app bench/apps/first_answer.lua --runs 5 -- $COMMON --listen "127.0.0.1:$PORT"
+    else
+      echo "  (skipped: needs perf and root for the syscall tracepoints)"
     fi
   fi
   if [[ -n ${BENCH_SUMMARY:-} && -f $TMP/wall.jsonl ]]; then

@@ -2,9 +2,9 @@
 # bench/static.sh - k.static against nginx's static serving (sendfile on, tcp_nopush on), a 4 KB
 # and a 1 MB file, HTTP/1.1 keep-alive, in ONE run: servers alternate (the first one flips each
 # round), each pinned to SERVER_CORE, wrk pinned to WRK_CORE. Figures: requests per second of
-# server CPU (utime+stime of the server's process tree from /proc), median and min-max over the
-# rounds, and khamsin/nginx ratios. The box may be loaded by other work: compare the ratios,
-# measured in the same run, rather than absolute figures.
+# server CPU (utime+stime of the server's process tree from /proc), req/s and p99, on the
+# noisy-box method of bench/lib/common.sh (ROUNDS kept rounds, disturbed rounds discarded and
+# redone, medians [min..max], per-round ratios khamsin/nginx-static with a bootstrap CI95).
 #
 #   bench/static.sh                        # ROUNDS=5 DURATION=5 CONNS=32
 #   ROUNDS=1 DURATION=2 bench/static.sh    # quick smoke run
@@ -69,56 +69,52 @@ cpu() {
 }
 HZ=$(getconf CLK_TCK)
 
-: >"$TMP/raw"
+: >"$TMP/rows.jsonl"
 one() { # name pid port file
-  local name=$1 pid=$2 port=$3 file=$4 c0 c1 out reqs
+  local name=$1 pid=$2 port=$3 file=$4 c0 c1 out reqs p99
   taskset -c "$WRK_CORE" wrk -t1 --timeout 30s -c "$CONNS" -d 1 "http://127.0.0.1:$port/$file" >/dev/null
   c0=$(cpu "$pid")
-  out=$(taskset -c "$WRK_CORE" wrk -t1 --timeout 30s -c "$CONNS" -d "$DURATION" "http://127.0.0.1:$port/$file")
+  out=$(taskset -c "$WRK_CORE" wrk -t1 --latency --timeout 30s -c "$CONNS" -d "$DURATION" "http://127.0.0.1:$port/$file")
   c1=$(cpu "$pid")
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
-  echo "$name $file $reqs $((c1 - c0)) $HZ $DURATION" >>"$TMP/raw"
-  echo "  $name $file: $reqs requests, $((c1 - c0)) ticks of server CPU"
+  p99=$(echo "$out" | awk '$1 == "99%" {v = $2; if (v ~ /us$/) {sub(/us$/, "", v); v /= 1000} else if (v ~ /ms$/) sub(/ms$/, "", v); else if (v ~ /s$/) {sub(/s$/, "", v); v *= 1000}; print v}')
+  $PY - "$BENCH_ROUND" "$name" "$file" "$reqs" "$((c1 - c0))" "$HZ" "$DURATION" "${p99:-null}" >>"$TMP/rows.jsonl" <<'PYEOF'
+import json, sys
+r, name, f, reqs, ticks, hz, dur, p99 = sys.argv[1:]
+cpu = int(ticks) / int(hz)
+print(json.dumps({"round": int(r), "server": name, "file": f, "req_per_cpu": int(reqs) / cpu if cpu else None,
+                  "rps": int(reqs) / float(dur), "p99_ms": None if p99 == "null" or int(reqs) == 0 else float(p99)}))
+PYEOF
+  echo "  $name $file: $reqs requests, $((c1 - c0)) ticks of server CPU, p99 ${p99:-?} ms"
 }
-for r in $(seq "$ROUNDS"); do
-  echo "round $r"
-  for f in 4k.bin 1m.bin; do
-    if ((r % 2)); then
-      one khamsin "$KPID" "$KPORT" "$f"; one nginx "$NPID" "$NPORT" "$f"
-    else
-      one nginx "$NPID" "$NPORT" "$f"; one khamsin "$KPID" "$KPORT" "$f"
-    fi
-  done
-done
 
 {
   echo "# bench/static.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "# command: $CMDLINE (ROUNDS=$ROUNDS DURATION=$DURATION CONNS=$CONNS STATIC_OPTS=$STATIC_OPTS KHAMSIN_BIN=$KHAMSIN_BIN)"
-  echo "# servers pinned to core $SERVER_CORE, wrk to core $WRK_CORE, alternating; 1 worker each;"
+  echo "command:  $CMDLINE (ROUNDS=$ROUNDS DURATION=$DURATION CONNS=$CONNS STATIC_OPTS=$STATIC_OPTS KHAMSIN_BIN=$KHAMSIN_BIN)"
+  echo "git:      $(git rev-parse --short HEAD) ($(git status --porcelain -- core lua | wc -l) uncommitted change(s) under core/ lua/)"
+  bench_method_line
+  echo "# servers pinned to core $SERVER_CORE, wrk to core $WRK_CORE, alternating (A B, then B A); 1 worker each;"
   echo "# nginx: sendfile on, tcp_nopush on. khamsin: k.static('/', dir, $STATIC_OPTS): with the default"
   echo "# per-worker cache (realpath+stat revalidated each 1 s; files <= 64 KiB kept in memory) 4k.bin"
   echo "# is answered from memory; with {cache=false} each request does realpath, stat, open+read+close"
   echo "# on libuv's pool. 1m.bin is opened on the pool and sent with sendfile(2) from the loop (head"
   echo "# first with MSG_MORE); over TLS/h2 it would be 64 KiB preads on the pool instead."
-  echo "# The box was shared with other helpers' builds and tests (load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"
-  echo "# on 2 cores): absolute figures are low and noisy; the ratios come from the same run."
   echo "# $(uname -srm); $(nginx -v 2>&1)"
-  $PY - "$TMP/raw" <<'PYEOF'
-import sys, statistics
-rows = [l.split() for l in open(sys.argv[1])]
-res = {}
-for name, f, reqs, ticks, hz, dur in rows:
-    cpu = int(ticks) / int(hz)
-    res.setdefault((name, f), []).append((int(reqs) / cpu if cpu else float("nan"), int(reqs) / float(dur)))
-print("%-8s %-7s %14s %24s %12s" % ("server", "file", "req/CPU-s med", "min-max", "req/s med"))
-med = {}
-for (name, f), v in sorted(res.items()):
-    per = sorted(x[0] for x in v); rps = sorted(x[1] for x in v)
-    med[(name, f)] = statistics.median(per)
-    print("%-8s %-7s %14.0f %11.0f-%-12.0f %12.0f" % (name, f, med[(name, f)], per[0], per[-1], statistics.median(rps)))
-for f in ("4k.bin", "1m.bin"):
-    if ("khamsin", f) in med and ("nginx", f) in med:
-        print("ratio khamsin/nginx %s (per server CPU-second, medians): %.2fx" % (f, med[("khamsin", f)] / med[("nginx", f)]))
-PYEOF
-} | tee "$RESULT"
+  bench_rounds_init "$TMP"
+  while bench_round_next; do
+    r=$BENCH_ROUND
+    echo "round $r"
+    for f in 4k.bin 1m.bin; do
+      if ((r % 2)); then
+        one khamsin "$KPID" "$KPORT" "$f"; one nginx-static "$NPID" "$NPORT" "$f"
+      else
+        one nginx-static "$NPID" "$NPORT" "$f"; one khamsin "$KPID" "$KPORT" "$f"
+      fi
+    done
+    bench_round_end || true
+  done
+  bench_summary "$TMP/rows.jsonl" --metric req_per_cpu --metric rps --metric p99_ms --lower p99_ms --group file \
+    --anchor nginx-static --label "static files, keep-alive (wrk -c$CONNS), vs nginx sendfile"
+  echo "## Appendix: rows"; cat "$TMP/rows.jsonl"
+} 2>&1 | tee "$RESULT"
 echo "written: $RESULT"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/streams.sh: memory per idle long-lived stream (issue 10, items 8-9): N idle SSE streams
 # (each has had its head and one event) on one worker, for each protocol case, khamsin and
-# nginx + lua (lua-nginx-module: ngx.print + ngx.flush, then ngx.sleep) in the same run,
-# alternating, ROUNDS rounds; prints bytes per stream (the server's VmRSS over its process tree,
+# nginx + lua (lua-nginx-module: ngx.print + ngx.flush, then ngx.sleep) in the same run, on the
+# noisy-box method of bench/lib/common.sh (servers alternate within each round, ROUNDS kept rounds,
+# disturbed rounds discarded and redone, medians and per-round ratios with a CI95); prints bytes per stream (the server's VmRSS over its process tree,
 # after minus before, divided by N; khamsin after a full Lua GC through /gc, printed beside the
 # Lua heap's share), median and spread. The WebSocket helper extends it with ws cases.
 # Before the baseline, WARM streams (3000) are opened and closed at the same concurrency, so that
@@ -11,7 +12,7 @@
 # reports, after a full Lua GC, the C allocator's bytes in use (glibc mallinfo2) and the Lua
 # heap per stream: what the idle streams themselves hold.
 # Cases: h1 (cleartext HTTP/1.1), h1+tls, h2c (one stream per connection), h2c-100 (100 streams
-# per connection), h2 (TLS + ALPN). Knobs (env): N (10000), ROUNDS (3), CASES, SERVERS
+# per connection), h2 (TLS + ALPN). Knobs (env): N (10000), ROUNDS (5), CASES, SERVERS
 # ("khamsin nginx-lua"), KHAMSIN_BIN (build-release/khamsin, built when missing), SERVER_CORE
 # (1), CLIENT_CORE (0), BASE_PORT (23480). Output is saved in bench/results/streams-<date>.txt.
 set -euo pipefail
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
 N=${N:-10000}
 WARM=${WARM:-3000}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 CASES=${CASES:-"h1 h1+tls h2c h2c-100 h2"}
 SERVERS=${SERVERS:-"khamsin nginx-lua"}
 SERVER_CORE=${SERVER_CORE:-1}
@@ -126,20 +127,27 @@ one() { # server case port -> prints bytes per stream, lua bytes per stream
 }
 
 declare -A RES
-for ((r = 1; r <= ROUNDS; r++)); do
+bench_method_line
+bench_rounds_init "$TMP"
+while bench_round_next; do
+  r=$BENCH_ROUND
+  order=$SERVERS; ((r % 2)) || order=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
   for case in $CASES; do
-    for server in $SERVERS; do
-      [[ $server == nginx-lua ]] || true
-      port=$((BASE_PORT + 10 * r))
+    for server in $order; do
+      port=$((BASE_PORT + 10 * (r % 20)))
       v=$(one "$server" "$case" "$port")
       echo "round $r  $case  $server: $v (bytes per stream: VmRSS, C malloc in use, Lua heap)"
       RES[$case,$server]+="$v;"
+      [[ $v == FAILED* ]] || echo "{\"round\": $r, \"server\": \"$server\", \"case\": \"$case\", \"bytes_per_stream\": ${v%% *}}" >>"$TMP/rows.jsonl"
     done
   done
+  bench_round_end || true
 done
+[[ -s $TMP/rows.jsonl ]] && bench_summary "$TMP/rows.jsonl" --metric bytes_per_stream --lower bytes_per_stream --group case \
+  --label "memory per idle SSE stream (VmRSS growth / N=$N)"
 
 echo
-echo "## bytes per idle SSE stream, N=$N, median [min-max] of $ROUNDS rounds"
+echo "## bytes per idle SSE stream, N=$N, median [min-max] of every round run (kept or not)"
 printf '%-8s' case; for server in $SERVERS; do printf '  %-26s' "$server VmRSS"; done; echo "  khamsin C malloc + Lua heap"
 for case in $CASES; do
   printf '%-8s' "$case"

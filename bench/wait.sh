@@ -5,20 +5,22 @@
 # M x 10 req/s, errors, 503s, and the p99 of /health on the same worker meanwhile); then the
 # same 100 ms pool handler on nginx + lua-nginx-module's ngx.run_worker_thread, if it runs.
 # Approach of bench/http1.sh: server pinned to SERVER_CORE, load to WRK_CORE, server CPU from
-# /proc/PID/stat (utime+stime of all its threads, pool threads included) over each wrk window.
+# /proc/PID/stat (utime+stime of all its threads, pool threads included) over each wrk window;
+# rounds on the noisy-box method of bench/lib/common.sh (disturbed rounds discarded and redone).
 #
 #   bench/wait.sh                      # ~3 min; result in bench/results/wait-<stamp>.txt
 #   DURATION=2 ROUNDS=1 bench/wait.sh  # quicker
-# Env: DURATION=5 ROUNDS=3 CONNS=256 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
+# Env: DURATION=5 ROUNDS=5 CONNS=256 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
 #      CLIENTS=500 SLOW_SECONDS=6 POOLS="2 8" PORT=24080 NGINX=1
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PY=/usr/bin/python3
+. bench/lib/common.sh
 LIB=bench/lib/waitbench.py
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-256}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 SERVER_CORE=${SERVER_CORE:-1}
 WRK_CORE=${WRK_CORE:-0}
 CLIENTS=${CLIENTS:-500}
@@ -47,6 +49,7 @@ exec > >(tee "$OUT") 2>&1
 echo "# bench/wait.sh $STAMP"
 echo "# command: ${BASH_SOURCE[0]} (DURATION=$DURATION ROUNDS=$ROUNDS CONNS=$CONNS CLIENTS=$CLIENTS SLOW_SECONDS=$SLOW_SECONDS POOLS=\"$POOLS\" SERVER_CORE=$SERVER_CORE WRK_CORE=$WRK_CORE)"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared: other runs add noise)"
+bench_method_line
 echo "# machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(uname -r)"
 echo "# khamsin: $KHAMSIN_BIN ($(git rev-parse --short HEAD 2>/dev/null)), $(wrk --version 2>&1 | head -1 | cut -c1-40)"
 
@@ -69,51 +72,38 @@ PATHS=(/ "/sleep0?n=1" "/sleep0?n=100" /pool /defer)
 for path in "${PATHS[@]}"; do
   $PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" 1 "$WRK_CORE" >/dev/null # warm-up (JIT)
 done
-for ((r = 1; r <= ROUNDS; r++)); do # rounds interleave the paths: noise hits them alike
-  for path in "${PATHS[@]}"; do
+bench_rounds_init "$TMP"
+while bench_round_next; do # rounds interleave the paths (order flipped each round): noise hits them alike
+  r=$BENCH_ROUND
+  order=("${PATHS[@]}"); ((r % 2)) || order=(/defer /pool "/sleep0?n=100" "/sleep0?n=1" /)
+  declare -A THIS=()
+  for path in "${order[@]}"; do
     read -r rps cpu share non2xx errs < <($PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" "$DURATION" "$WRK_CORE")
-    CPU[$path]="${CPU[$path]:-} $cpu"
+    THIS[$path]=$cpu
     printf '%-22s %6s %10s %14s %10s %8s %7s\n' "$path" "$r" "$rps" "$cpu" "$share" "$non2xx" "$errs"
   done
+  # per round: the CPU above the plain reply of the same round (what one wait costs)
+  awk -v r="$r" -v base="${THIS[/]}" -v s100="${THIS[/sleep0?n=100]}" -v pool="${THIS[/pool]}" -v defer="${THIS[/defer]}" 'BEGIN {
+    printf "{\"round\": %d, \"server\": \"khamsin\", \"case\": \"plain reply\", \"cpu_us\": %.3f}\n", r, base
+    printf "{\"round\": %d, \"server\": \"khamsin\", \"case\": \"one k.sleep(0) (above plain)\", \"cpu_us\": %.3f}\n", r, (s100 - base) / 100
+    printf "{\"round\": %d, \"server\": \"khamsin\", \"case\": \"one k.blocking (above plain)\", \"cpu_us\": %.3f}\n", r, pool - base
+    printf "{\"round\": %d, \"server\": \"khamsin\", \"case\": \"deferred reply by timer (above plain)\", \"cpu_us\": %.3f}\n", r, defer - base
+  }' >>"$TMP/cpu.jsonl"
+  bench_round_end || true
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
-for path in "${PATHS[@]}"; do CPU[$path]=$(echo "${CPU[$path]}" | median); done
-echo "medians (cpu_us/req): / ${CPU[/]}, sleep0 n=1 ${CPU[/sleep0?n=1]}, n=100 ${CPU[/sleep0?n=100]}, pool ${CPU[/pool]}, defer ${CPU[/defer]}"
 stop "$SPID"
-awk -v base="${CPU[/]}" -v s1="${CPU[/sleep0?n=1]}" -v s100="${CPU[/sleep0?n=100]}" \
-    -v pool="${CPU[/pool]}" -v defer="${CPU[/defer]}" 'BEGIN {
-  printf "derived (CPU above the plain reply):\n"
-  printf "  one k.sleep(0) round trip        %.2f us  ((n=100 - plain) / 100; n=1 gives %.2f us)\n", (s100 - base) / 100, s1 - base
-  printf "  one k.blocking round trip        %.2f us  (submit, pool thread wake + run, mailbox, resume)\n", pool - base
-  printf "  a deferred reply sent by a timer %.2f us  (res:defer + k.timer(0) + d:send)\n", defer - base
-}'
+echo "(k.sleep(0) is (n=100 - plain) / 100; k.blocking: submit, pool thread wake + run, mailbox, resume;"
+echo " deferred: res:defer + k.timer(0) + d:send. khamsin only: no anchor has these paths.)"
+bench_summary "$TMP/cpu.jsonl" --metric cpu_us --lower cpu_us --group case --label "server CPU us per request / per wait"
 
 echo
 echo "## 2. $CLIENTS clients on a handler that blocks 100 ms in the pool (k.blocking), ${SLOW_SECONDS}s;"
-echo "##    /health probed every 10 ms on the same (only) worker; clients honour Retry-After (+-50% jitter)"
-for m in $POOLS; do
-  start_khamsin "$m" 8
-  res=$(taskset -c "$WRK_CORE" $PY spec/helpers/load.py 127.0.0.1 "$PORT" /slow "$CLIENTS" "$SLOW_SECONDS" /health 10)
-  stop "$SPID"
-  $PY - "$m" "$res" <<'PYEOF'
-import json, sys
-m, r = int(sys.argv[1]), json.loads(sys.argv[2])
-st, p = r["status"], r["probe"]
-print(f"pool_threads={m} queue={8 * m}: 200/s steady {r['rps_steady']} (ideal {m * 10}, {100 * r['rps_steady'] / (m * 10):.0f}%; "
-      f"{r['rps']} over the whole run with ramp-up and drain), "
-      f"200s {st.get('200', 0)}, 503s {st.get('503', 0)}, other {sum(v for k, v in st.items() if k not in ('200', '503'))}, "
-      f"client errors {r['errors']}, over {r['seconds']} s; /health n={p['n']} p50 {p.get('p50_ms')} ms "
-      f"p99 {p.get('p99_ms')} ms max {p.get('max_ms')} ms errors {p['errors']}")
-PYEOF
-done
-
-if [[ $NGINX == 1 ]] && [[ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]]; then
-  echo
-  echo "## 3. nginx + lua-nginx-module ngx.run_worker_thread, same 100 ms pool handler ($CLIENTS clients)"
+echo "##    /health probed every 10 ms on the same (only) worker; clients honour Retry-After (+-50% jitter);"
+echo "##    and nginx + lua-nginx-module ngx.run_worker_thread on the same handler, alternated within each round"
+ngx_slow() { # m q round: nginx + lua-nginx-module ngx.run_worker_thread, same 100 ms pool handler
+  local m=$1 q=$2 user=""
   mkdir -p "$TMP/ngx"
-  user=""; [[ $(id -u) == 0 ]] && user="user root;"
-  for m in $POOLS; do
-   for q in $((8 * m)) 65536; do
+  [[ $(id -u) == 0 ]] && user="user root;"
     cat >"$TMP/ngx/nginx.conf" <<NGX
 $user
 worker_processes 1;
@@ -150,27 +140,54 @@ NGX
     taskset -c "$SERVER_CORE" nginx -p "$TMP/ngx/" -c "$TMP/ngx/nginx.conf" -e "$TMP/ngx/error.log" >>"$TMP/ngx.out" 2>&1 &
     NPID=$!
     PIDS+=("$NPID")
-    if ! $PY $LIB ready "$PORT" / 10; then echo "nginx did not start:"; tail -5 "$TMP/ngx/error.log" "$TMP/ngx.out"; break; fi
+    if ! $PY $LIB ready "$PORT" / 10; then echo "nginx did not start:"; tail -5 "$TMP/ngx/error.log" "$TMP/ngx.out"; return; fi
     if ! curl -s -m 3 "http://127.0.0.1:$PORT/slow" | grep -q done; then
       echo "ngx.run_worker_thread does not work here:"; curl -s -m 3 "http://127.0.0.1:$PORT/slow"; tail -5 "$TMP/ngx/error.log"
-      stop "$NPID"; break
+      stop "$NPID"; return
     fi
     res=$(taskset -c "$WRK_CORE" $PY spec/helpers/load.py 127.0.0.1 "$PORT" /slow "$CLIENTS" "$SLOW_SECONDS" /health 10)
     stop "$NPID"
-    $PY - "$m" "$res" "$q" <<'PYEOF'
-import json, sys
-m, r, q = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-st, p = r["status"], r["probe"]
-print(f"nginx threads={m} max_queue={q}: 200/s steady {r['rps_steady']} (ideal {m * 10}, {100 * r['rps_steady'] / (m * 10):.0f}%; "
-      f"{r['rps']} over the whole run with ramp-up and drain), "
-      f"200s {st.get('200', 0)}, 503s {st.get('503', 0)}, other {sum(v for k, v in st.items() if k not in ('200', '503'))}, "
-      f"client errors {r['errors']}, over {r['seconds']} s; /health n={p['n']} p50 {p.get('p50_ms')} ms "
-      f"p99 {p.get('p99_ms')} ms max {p.get('max_ms')} ms errors {p['errors']}")
-PYEOF
+    $PY "$TMP/slow.py" nginx-lua "$m" "$res" "$q" "$3" "$TMP/slow.jsonl"
     grep -E "\[(error|alert|crit)\]" "$TMP/ngx/error.log" | grep -v setrlimit | sed -E 's/^[0-9/: ]+//; s/[0-9]+#[0-9]+: //' | sort | uniq -c | head -3 || true
     : >"$TMP/ngx/error.log"
-   done
+}
+cat >"$TMP/slow.py" <<'PYEOF'
+import json, sys
+who, m, r, q, rnd = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+st, p = r["status"], r["probe"]
+other = sum(v for k, v in st.items() if k not in ("200", "503"))
+print(f"  {who} threads={m} queue={q}: 200/s steady {r['rps_steady']} (ideal {m * 10}, {100 * r['rps_steady'] / (m * 10):.0f}%; "
+      f"{r['rps']} over the whole run with ramp-up and drain), "
+      f"200s {st.get('200', 0)}, 503s {st.get('503', 0)}, other {other}, "
+      f"client errors {r['errors']}, over {r['seconds']} s; /health n={p['n']} p50 {p.get('p50_ms')} ms "
+      f"p99 {p.get('p99_ms')} ms max {p.get('max_ms')} ms errors {p['errors']}")
+row = {"round": rnd, "server": who, "pool": f"threads={m} queue={q}", "steady_share": r["rps_steady"] / (m * 10),
+       "health_p99_ms": p.get("p99_ms")}
+with open(sys.argv[6], "a") as f:
+    f.write(json.dumps(row) + "\n")
+PYEOF
+kh_slow() { # m round
+  start_khamsin "$1" 8
+  res=$(taskset -c "$WRK_CORE" $PY spec/helpers/load.py 127.0.0.1 "$PORT" /slow "$CLIENTS" "$SLOW_SECONDS" /health 10)
+  stop "$SPID"
+  $PY "$TMP/slow.py" khamsin "$1" "$res" $((8 * $1)) "$2" "$TMP/slow.jsonl"
+}
+NGX_OK=0
+[[ $NGINX == 1 ]] && [[ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]] && NGX_OK=1
+bench_rounds_init "$TMP"
+while bench_round_next; do
+  r=$BENCH_ROUND
+  for m in $POOLS; do
+    if ((r % 2 || ! NGX_OK)); then kh_slow "$m" "$r"; ((NGX_OK)) && ngx_slow "$m" $((8 * m)) "$r"
+    else ngx_slow "$m" $((8 * m)) "$r"; kh_slow "$m" "$r"; fi
   done
+  bench_round_end || true
+done
+bench_summary "$TMP/slow.jsonl" --metric steady_share --metric health_p99_ms --lower health_p99_ms --group pool \
+  --anchor nginx-lua --label "100 ms pool handler, $CLIENTS clients: steady 200/s share of ideal; /health p99"
+if ((NGX_OK)); then
+  echo "## 3b. nginx with an unbounded queue (max_queue=65536), once per pool size (no khamsin equivalent: khamsin's queue is bounded by design)"
+  for m in $POOLS; do ngx_slow "$m" 65536 0; done
 fi
 echo
 echo "# done: $OUT"

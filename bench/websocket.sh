@@ -5,8 +5,9 @@
 #      sockets (handshake done, nothing sent), divided by the 0.9 N sockets added: h1 cleartext, h1 over TLS, h2 (RFC 8441, one
 #      connection per socket: the h2 connection's own cost is included);
 #   2. echo messages (64-byte text, WINDOW=64 in flight per connection) per server CPU-second (utime +
-#      stime of the server process from /proc), khamsin and nginx alternating, ROUNDS rounds,
-#      median and spread, and the ratio;
+#      stime of the server process from /proc), on the noisy-box method of bench/lib/common.sh:
+#      khamsin and nginx alternating (A B, B A), ROUNDS kept rounds (disturbed rounds discarded and
+#      redone), median [min..max] and the per-round ratio with a bootstrap CI95;
 #   3. one k.publish to BCAST_N sockets: time from the publish request to the last delivery.
 # For khamsin the idle part also prints, per socket, the C heap in use (glibc mallinfo2) and the
 # Lua heap, each after a full Lua GC (GET /gc of bench/apps/websocket.lua): what the idle
@@ -22,6 +23,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 CMDLINE="$0${*:+ $*}"
 PY=/usr/bin/python3
+. bench/lib/common.sh
 W=bench/lib/wsbench.py
 KHAMSIN_BIN=${KHAMSIN_BIN:-$ROOT/build/khamsin}
 IDLE_N=${IDLE_N:-10000}
@@ -30,7 +32,7 @@ IDLE_N_H2=${IDLE_N_H2:-2000}
 ECHO_CONNS=${ECHO_CONNS:-16}
 ECHO_SECONDS=${ECHO_SECONDS:-8}
 WINDOW=${WINDOW:-64}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 PARTS=${PARTS:-"idle echo broadcast"}
 BCAST_N=${BCAST_N:-10000}
 SERVER_CORE=${SERVER_CORE:-1}
@@ -154,6 +156,8 @@ idle() {
   read -r l1 m1 <<<"$g1"
   [[ $srv == khamsin ]] && heaps=" (C heap $(( (m1 - m0) / (got - k0) )) + Lua heap $(( (l1 - l0) / (got - k0) )))"
   say "  $srv $mode: $got sockets; RSS $r0 KiB at $k0 sockets -> $r1 KiB at $got: $(( (r1 - r0) * 1024 / (got - k0) )) bytes per idle WebSocket$heaps"
+  local name=$srv; [[ $srv == nginx ]] && name=nginx-lua
+  echo "{\"round\": 1, \"server\": \"$name\", \"mode\": \"$mode\", \"bytes_per_ws\": $(( (r1 - r0) * 1024 / (got - k0) ))}" >>"$TMP/idle.jsonl"
 }
 
 echo_round() { # SERVER -> messages per server CPU-second
@@ -182,21 +186,29 @@ idle khamsin h1 "$IDLE_N" /echo
 idle nginx h1 "$IDLE_N" /echo
 idle khamsin tls "$IDLE_N_TLS" /echo
 idle khamsin h2 "$IDLE_N_H2" /echo
+# memory is not a rate: one measure per case (no rounds); the summary row says n=1
+[[ -s $TMP/idle.jsonl ]] && $PY $METHOD summary "$TMP/idle.jsonl" --metric bytes_per_ws --lower bytes_per_ws --group mode \
+  --label "memory per idle WebSocket (RSS growth / sockets, one measure)" 2>&1 | tee -a "$OUT"
 say ""
 fi
 if [[ " $PARTS " == *" echo "* ]]; then
 say "2. echo, 64-byte text, $ECHO_CONNS connections x $WINDOW in flight, $ECHO_SECONDS s windows"
-declare -a K N
-for r in $(seq 1 "$ROUNDS"); do
-  read -r kn kr < <(echo_round khamsin)
-  read -r nn nr < <(echo_round nginx)
-  K+=("$kr"); N+=("$nr")
-  say "  round $r: khamsin $kr msg/CPU-s ($kn messages), nginx+lua $nr msg/CPU-s ($nn messages)"
+say "   $(bench_method_line | tail -1)"
+bench_rounds_init "$TMP"
+while bench_round_next; do
+  r=$BENCH_ROUND
+  if ((r % 2)); then order="khamsin nginx"; else order="nginx khamsin"; fi
+  line="  round $r:"
+  for srv in $order; do
+    read -r n rate < <(echo_round "$srv")
+    name=$srv; [[ $srv == nginx ]] && name=nginx-lua
+    echo "{\"round\": $r, \"server\": \"$name\", \"msg_per_cpu\": $rate, \"messages\": $n}" >>"$TMP/echo.jsonl"
+    line="$line $name $rate msg/CPU-s ($n messages)"
+  done
+  say "$line"
+  bench_round_end 2>&1 | tee -a "$OUT" || true
 done
-stats() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {printf "%d (min %d, max %d)", a[int((NR+1)/2)], a[1], a[NR]}'; }
-med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-say "  median: khamsin $(stats "${K[@]}"), nginx+lua $(stats "${N[@]}")"
-say "  ratio khamsin / nginx+lua (medians): $(awk -v a="$(med "${K[@]}")" -v b="$(med "${N[@]}")" 'BEGIN {printf "%.2f", a / b}')"
+bench_summary "$TMP/echo.jsonl" --metric msg_per_cpu --label "WebSocket echo 64 B (x$ECHO_CONNS conns, $WINDOW in flight) vs lua-resty-websocket" 2>&1 | tee -a "$OUT"
 say ""
 fi
 if [[ " $PARTS " == *" broadcast "* ]]; then

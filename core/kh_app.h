@@ -7,6 +7,11 @@
  * and kh_stream_want_drain -> on_drain), reads the body whole (on_body once) or incrementally
  * (kh_stream_body_stream: on_body per arrival, kh_stream_body_consume), and turns a tunnel
  * request into a tunnel with kh_stream_accept_tunnel (kh_stream.h has the whole seam).
+ * A stream the app holds (between a tunnel's messages: kh_stream_hold, no coroutine) may move:
+ * on h1 kh_stream_compact copies a held tunnel into a compact stream with a new {pointer,
+ * generation} pair, and the app, which asked for it from a point where no C frame holds the
+ * old pointer, updates its own references; every later app call (on_body, on_drain, on_abort)
+ * names the compact stream.
  *
  * App instances (hot reload). A worker serves one *current* instance, {app state, router,
  * generation}: kh_app_inst. A reload (--dev file change, SIGHUP) builds a new one on the worker's

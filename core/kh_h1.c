@@ -52,9 +52,9 @@ typedef struct h1_conn {
     uint16_t _pad;
 } h1_conn;
 
+/* Its first word is all a compact stream keeps (kh_stream_compact, a held tunnel): the flags;
+ * a tunnel never touches the decoder or remaining. */
 typedef struct h1_stream {
-    kh_h1_chunked chunked;
-    uint64_t remaining;       /* Content-Length bytes still to read */
     uint8_t chunked_body;
     uint8_t expect_continue;  /* the client waits for 100 Continue */
     uint8_t continue_sent;
@@ -62,10 +62,14 @@ typedef struct h1_stream {
     uint8_t resp_chunked;     /* the response body uses chunked framing */
     uint8_t dispatched;
     uint8_t win_paused;       /* incremental body: reading paused at body_window */
+    kh_h1_chunked chunked;
+    uint64_t remaining;       /* Content-Length bytes still to read */
 } h1_stream;
 
 _Static_assert(sizeof(h1_conn) <= sizeof(((kh_conn *)0)->proto_inline), "h1_conn fits inline");
 _Static_assert(sizeof(h1_stream) <= sizeof(((kh_stream *)0)->proto_area), "h1_stream fits");
+_Static_assert(offsetof(h1_stream, chunked) <= sizeof(uint64_t), "a tunnel's h1_stream fields fit "
+                                                                  "in a compact stream");
 
 static inline h1_conn *H(kh_conn *c)
 {
@@ -829,6 +833,14 @@ static int h1_tunnel(kh_stream *s, const kh_header *hdr, size_t n)
     return 0;
 }
 
+/* kh_stream_compact: the connection's one stream is now t */
+static void h1_moved(kh_stream *s, kh_stream *t)
+{
+    kh_conn *c = s->proto;
+    if (H(c)->s == s)
+        H(c)->s = t;
+}
+
 static const kh_sink_vt h1_sink = {
     .name = "h1",
     .head = h1_head,
@@ -840,4 +852,5 @@ static const kh_sink_vt h1_sink = {
     .queued = h1_queued,
     .consumed = h1_consumed,
     .tunnel = h1_tunnel,
+    .moved = h1_moved,
 };

@@ -487,7 +487,7 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
     kh_conn *c = h->c;
     h2_stream *hs = HS(s);
     hs->flags |= HS_HEAD_DONE;
-    kh_str method = {0}, path = {0}, authority = {0}, scheme = {0}, host = {0}, protocol = {0};
+    kh_str method = {0}, path = {0}, authority = {0}, host = {0}, protocol = {0};
     int64_t clen = -1;
     size_t nf = hs->nfields;
     kh_header *fields = kh_xmalloc((nf + 2) * sizeof *fields);
@@ -510,9 +510,7 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
                     path = val;
                 else if (is_pseudo(nm, ":authority"))
                     authority = val;
-                else if (is_pseudo(nm, ":scheme"))
-                    scheme = val;
-                else if (is_pseudo(nm, ":protocol"))
+                else if (is_pseudo(nm, ":protocol")) /* (:scheme: the connection says) */
                     protocol = val; /* RFC 8441 §4; nghttp2 allows it on CONNECT only */
                 continue;
             }
@@ -562,8 +560,6 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
         query.len = path.len - qpath.len - 1;
     }
     kh_stream_set_head(s, method, target, qpath, query, authority, 2, 0, fields, n);
-    if (kh_str_eq(scheme, "https", 5))
-        s->scheme = "https";
     free(fields);
     kh_buf_release(&cookie, NULL);
     kh_buf_release(&hs->buf, &c->w->bufs);

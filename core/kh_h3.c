@@ -269,7 +269,6 @@ static int cb_end_headers(nghttp3_conn *ng, int64_t sid, int fin, void *ud, void
     }
     if (!bad)
         kh_stream_set_head(s, method, path, qpath, query, authority, 3, 0, fields, n);
-    s->scheme = "https";
     free(fields);
     kh_buf_release(&cookie, NULL);
     kh_buf_release(&hs->fields, &h->w->bufs);

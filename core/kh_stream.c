@@ -56,7 +56,6 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
     s->worker = w;
     s->refs = 1;
     s->id = ++w->next_stream_id;
-    s->scheme = "http";
     s->status = 0;
     s->compress = NULL;
     s->bytes_sent = 0;
@@ -86,16 +85,65 @@ void kh_stream_release(kh_stream *s)
     }
     free(s->arena);
     s->arena = NULL;
-    if (s->params != s->params_inline)
-        free(s->params);
-    s->params = s->params_inline;
     kh_buf_release(&s->body, &w->bufs);
     kh_compress_free(s->compress); /* a compressed reply that never finished */
     s->compress = NULL;
     s->gen++; /* every {pointer, generation} pair the app still holds is now stale */
     s->proto = NULL;
+    if (s->flags & KH_STREAM_F_COMPACT) {
+        s->pool_next = w->compact_pool;
+        w->compact_pool = s;
+        return;
+    }
+    if (s->params != s->params_inline)
+        free(s->params);
+    s->params = s->params_inline;
     s->pool_next = w->stream_pool;
     w->stream_pool = s;
+}
+
+kh_stream *kh_stream_compact(kh_stream *s)
+{
+    if ((s->flags & (KH_STREAM_F_TUNNEL | KH_STREAM_F_HELD | KH_STREAM_F_COMPACT)) !=
+            (KH_STREAM_F_TUNNEL | KH_STREAM_F_HELD) ||
+        s->proto == NULL || s->sink->moved == NULL || s->compress)
+        return s;
+    kh_worker *w = s->worker;
+    kh_stream *t = w->compact_pool;
+    uint32_t gen = 1;
+    if (t) {
+        w->compact_pool = t->pool_next;
+        gen = t->gen;
+    } else {
+        t = kh_xmalloc(KH_STREAM_COMPACT_SIZE + KH_STREAM_COMPACT_INLINE);
+    }
+    memcpy(t, s, KH_STREAM_COMPACT_SIZE);
+    t->gen = gen;
+    t->pool_next = NULL;
+    t->flags |= KH_STREAM_F_COMPACT;
+    size_t ml = s->method.len, pl = s->path.len;
+    if (ml + pl + 2 <= KH_STREAM_COMPACT_INLINE) {
+        /* the access log's method and path in the tail: kh_stream_hold's block goes back */
+        char *a = (char *)t + KH_STREAM_COMPACT_SIZE;
+        memcpy(a, s->method.ptr ? s->method.ptr : "", ml);
+        a[ml] = '\0';
+        memcpy(a + ml + 1, s->path.ptr ? s->path.ptr : "", pl);
+        a[ml + 1 + pl] = '\0';
+        t->method = (kh_str){a, ml};
+        t->path = t->target = (kh_str){a + ml + 1, pl};
+        t->arena = NULL;
+        free(s->arena);
+    }
+    s->sink->moved(s, t);
+    /* s gives everything it owned to t (arena, body, inst, refs) and goes back to the pool
+     * without an access log line or an app event: the stream lives on as t */
+    s->arena = NULL;
+    s->body = (kh_buf){0};
+    s->inst = NULL;
+    s->app_data = s->app_defer = NULL;
+    s->refs = 1;
+    kh_stream_release(s);
+    return t;
 }
 
 static void copy_str(char **at, kh_str *dst, kh_str src, int lower)
@@ -157,6 +205,8 @@ void kh_stream_set_head(kh_stream *s, kh_str method, kh_str target, kh_str path,
 
 const kh_header *kh_stream_header(const kh_stream *s, const char *lname, size_t len)
 {
+    if (s->flags & KH_STREAM_F_COMPACT)
+        return NULL;
     for (uint32_t i = 0; i < s->num_headers; i++)
         if (kh_str_eq(s->headers[i].name, lname, len))
             return &s->headers[i];

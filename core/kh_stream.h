@@ -35,14 +35,27 @@
  *    DATA frames, h3, compression) says UV_ENOTSUP and the app reads and sends data.
  *  - A slow consumer (k.send_to past stream_out_cap) is ended with kh_stream_cut: fin, then
  *    the protocol drops what the peer has not taken and frees the stream (sink cut: h2).
+ *  - Memory of an idle tunnel (issue 10 item 8): a held h1 tunnel (F_TUNNEL | F_HELD, no
+ *    coroutine: a WebSocket between messages) moves with kh_stream_compact into a compact
+ *    stream: the same struct cut after the first word of proto_area (KH_STREAM_COMPACT_SIZE,
+ *    248 B, plus 16 B for the access log's method and path), instead of the whole kh_stream
+ *    (480 B). The fields are ordered for it: what a tunnel uses first (hooks, refs, flags, the
+ *    log's method/target/path, peer, body window buffer, byte counts, app state, h1's flags in
+ *    proto_area[0]), the request's part (query, authority, headers, params, tunnel_proto) after
+ *    proto_area. Every kh_stream_* function and sink call a tunnel makes works on either; the
+ *    readers of the request's part check KH_STREAM_F_COMPACT (kh_stream_header, the Lua
+ *    accessors). h1 moves its pointer (sink moved); h2 and h3 streams never move (nghttp2 and
+ *    nghttp3 hold them), so their tunnels keep the whole stream.
  *
- * Lifetime: streams come from a per-worker pool and are never handed back to malloc while the
- * worker runs, so a stale {pointer, generation} pair held by Lua can always be checked safely
- * (style.md "Buffers": h2o's DATA_PTR reset, done by generation). A stream holds one ref for its
- * protocol and one while the app holds it; the last kh_stream_release recycles it and bumps gen. */
+ * Lifetime: streams come from a per-worker pool (compact ones from a pool of their own) and are
+ * never handed back to malloc while the worker runs, so a stale {pointer, generation} pair held
+ * by Lua can always be checked safely (style.md "Buffers": h2o's DATA_PTR reset, done by
+ * generation). A stream holds one ref for its protocol and one while the app holds it; the last
+ * kh_stream_release recycles it and bumps gen. */
 #ifndef KH_STREAM_H
 #define KH_STREAM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kh_buf.h"
@@ -101,6 +114,9 @@ typedef struct kh_sink_vt {
      * UV_ENOTSUP, fd still the caller's, where the protocol needs the bytes themselves (TLS,
      * chunked framing): the caller reads and sends data instead. h1 cleartext: sendfile(2). */
     int (*file)(kh_stream *s, int fd, int64_t off, uint64_t n, int fin);
+    /* Optional: the protocol's pointer to s now points to t (kh_stream_compact); NULL: the
+     * protocol's streams never move (h2, h3: their maps and nghttp2 / nghttp3 hold them). */
+    void (*moved)(kh_stream *s, kh_stream *t);
     /* Optional: the response is ended (fin queued) and its reader too slow (kh_stream_cut):
      * once the flush pass has put out what the peer lets through now, abandon the rest and
      * free the stream (h2: RST_STREAM CANCEL, or NO_ERROR after END_STREAM went out). */
@@ -132,6 +148,8 @@ enum {
     KH_STREAM_F_COND = 1u << 12,      /* a GET/HEAD with If-None-Match or If-Modified-Since:
                                        * send_head may turn a 200 into 304 (kh_cond.h) */
     KH_STREAM_F_CODED = 1u << 13,     /* compression was decided (kh_stream_respond) */
+    KH_STREAM_F_COMPACT = 1u << 14,   /* a compact copy of a held h1 tunnel (kh_stream_compact):
+                                       * only KH_STREAM_COMPACT_SIZE bytes exist */
 };
 
 /* A route value (kh_router_add) with this bit set belongs to a route whose handler reads the
@@ -144,6 +162,7 @@ enum {
 #define KH_TUNNEL_PROTO_MAX 16
 
 struct kh_stream {
+    /* ---- the compact part: all a held h1 tunnel keeps (kh_stream_compact) ---- */
     const kh_sink_vt *sink;
     void *proto;       /* the protocol's owner (the kh_conn on h1); NULL once aborted */
     kh_worker *worker;
@@ -152,20 +171,18 @@ struct kh_stream {
     uint16_t refs;
     uint16_t flags;    /* KH_STREAM_F_* */
     uint32_t id;       /* per worker, for logs */
+    int app_wait; /* what the app waits for (its own codes); 0 when running or idle */
 
     /* request: every kh_str points into arena */
-    kh_str method, target, path, query, authority;
+    kh_str method, target, path;
+    char *arena;
     uint8_t version_major, version_minor;
     int8_t path_error; /* a KH_PATH_E* code when the path has no normal form (400), else 0 */
-    uint32_t num_headers;
-    kh_header *headers;
-    char *arena;
+    int status;        /* the response's */
     kh_addr peer;
-    const char *scheme; /* "http" | "https" */
+    int body_state;         /* enum kh_body_state */
 
     /* request body */
-    int body_state;         /* enum kh_body_state */
-    int64_t body_expected;  /* declared length, or -1 when chunked / unknown */
     uint64_t body_received;
     uint64_t body_limit;
     kh_buf body;
@@ -173,31 +190,42 @@ struct kh_stream {
     /* routing */
     intptr_t route_value;
     int route_status; /* 0 matched; 404 / 405 when route_value is the router's fallback */
-    uint32_t num_params;
-    kh_route_param *params; /* params_inline, or malloc'd for more than two (freed with s):
-                             * an idle long-lived stream keeps no room for 16 (issue 10) */
-    kh_route_param params_inline[2];
 
     /* response */
     struct kh_compress *compress; /* the body's encoder while a streamed reply is compressed */
-    int status;
     uint64_t bytes_sent;
     uint64_t start_ms;
 
     /* app side (the Lua binding's scheduler) */
     void *app_data;
-    int app_wait; /* what the app waits for (its own codes); 0 when running or idle */
     void *app_defer; /* non-NULL while a deferred reply (res:defer) holds the stream: the app
                       * then keeps KH_STREAM_F_APP and a ref after its coroutine ended */
     kh_app_inst *inst; /* the app instance it was dispatched to (kh_app.h), retained until the
                         * stream is freed: every later app call for it goes to inst->app */
 
+    /* protocol side, opaque to everyone else (the h1 chunked decoder lives here). A compact
+     * stream keeps its first word only (KH_STREAM_COMPACT_SIZE): h1 puts there what a tunnel
+     * uses */
+    uint64_t proto_area[12];
+
+    /* ---- the request's part: never read on a compact stream ---- */
+    kh_str query, authority;
+    uint32_t num_headers;
+    uint32_t num_params;
+    kh_header *headers;
+    int64_t body_expected;  /* declared length, or -1 when chunked / unknown */
     /* tunnel request: the protocol asked for, lower case ("websocket"); "" when none */
     char tunnel_proto[KH_TUNNEL_PROTO_MAX];
-
-    /* protocol side, opaque to everyone else (the h1 chunked decoder lives here) */
-    uint64_t proto_area[12];
+    kh_route_param *params; /* params_inline, or malloc'd for more than two (freed with s):
+                             * an idle long-lived stream keeps no room for 16 (issue 10) */
+    kh_route_param params_inline[2]; /* last: kh_stream_open clears what comes before */
 };
+
+/* What a compact stream (KH_STREAM_F_COMPACT) has: the fields up to and including the first
+ * word of proto_area, then KH_STREAM_COMPACT_INLINE bytes where the method and path of the
+ * access log line are kept when they fit (else in a block of their own, s->arena). */
+#define KH_STREAM_COMPACT_INLINE 16
+#define KH_STREAM_COMPACT_SIZE (offsetof(kh_stream, proto_area) + sizeof(uint64_t))
 
 /* Takes a stream from the worker's pool with refs = 1 (the protocol's). */
 kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto);
@@ -287,6 +315,16 @@ int kh_stream_cut(kh_stream *s);
  * arena, keeping only what the access log needs (method and path, truncated to fit in
  * proto-neutral room). Headers, target, query and authority read as empty afterwards. */
 void kh_stream_hold(kh_stream *s);
+
+/* A held tunnel (KH_STREAM_F_TUNNEL | KH_STREAM_F_HELD) whose sink can move it (h1: one stream
+ * per connection, sink->moved) is copied into a compact stream of KH_STREAM_COMPACT_SIZE bytes
+ * (the worker's compact pool, never freed while it runs) with the same refs, hooks and app
+ * state, and a fresh generation; s goes back to the stream pool, its generation bumped (every
+ * {s, gen} pair is stale: the caller hands the new pair to whoever holds the old one). The
+ * request's part (query, authority, headers, params, tunnel_proto) is gone: readers check
+ * KH_STREAM_F_COMPACT (kh_stream_header, the Lua accessors); method and path stay. Returns the compact stream, or s
+ * when it cannot move. */
+kh_stream *kh_stream_compact(kh_stream *s);
 
 /* ---- the response head of HTTP/2 and HTTP/3 (one builder for kh_h2 and kh_h3) ---- */
 

@@ -801,6 +801,11 @@ static void free_streams(kh_worker *w)
         w->stream_pool = s->pool_next;
         free(s);
     }
+    while (w->compact_pool) {
+        kh_stream *s = w->compact_pool;
+        w->compact_pool = s->pool_next;
+        free(s);
+    }
 }
 
 void kh_worker_join_thread(kh_worker *w)

@@ -137,6 +137,7 @@ struct kh_worker {
     kh_bufcache bufs;
     char *read_slab;
     kh_stream *stream_pool;
+    kh_stream *compact_pool; /* compact streams (kh_stream_compact), KH_STREAM_COMPACT_SIZE each */
     uint32_t next_conn_id, next_stream_id;
     uint64_t num_conns;     /* connections in the registry (conns) */
 

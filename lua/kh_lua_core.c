@@ -303,12 +303,16 @@ static int l_head(lua_State *L)
         return 0;
     lua_pushlstring(L, s->method.ptr, s->method.len);
     lua_pushlstring(L, s->path.ptr, s->path.len);
-    if (s->query.ptr)
+    int compact = (s->flags & KH_STREAM_F_COMPACT) != 0; /* no query, no authority */
+    if (!compact && s->query.ptr)
         lua_pushlstring(L, s->query.ptr, s->query.len);
     else
         lua_pushnil(L);
     lua_pushlstring(L, s->target.ptr, s->target.len);
-    lua_pushlstring(L, s->authority.ptr ? s->authority.ptr : "", s->authority.len);
+    if (compact)
+        lua_pushliteral(L, "");
+    else
+        lua_pushlstring(L, s->authority.ptr ? s->authority.ptr : "", s->authority.len);
     lua_pushfstring(L, "%d.%d", s->version_major, s->version_minor);
     char addr[64];
     size_t n = kh_addr_format(&s->peer, addr, sizeof addr);
@@ -354,6 +358,8 @@ static int l_app_dir(lua_State *L)
 static int l_headers(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
+    if (s && (s->flags & KH_STREAM_F_COMPACT))
+        s = NULL; /* a compact stream has no headers (kh_stream_compact) */
     lua_createtable(L, 0, s ? (int)s->num_headers : 0);
     if (s == NULL)
         return 1;
@@ -383,6 +389,8 @@ static int l_headers(lua_State *L)
 static int l_params(lua_State *L)
 {
     kh_stream *s = stream_at(L, 1);
+    if (s && (s->flags & KH_STREAM_F_COMPACT))
+        s = NULL; /* nor params */
     lua_createtable(L, 0, s ? (int)s->num_params : 0);
     if (s == NULL)
         return 1;

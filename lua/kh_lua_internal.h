@@ -173,6 +173,8 @@ void kh__lua_interrupt(void *app, uint64_t seq, uint64_t ms);
 void kh__lua_close_cos(kh_lua *K);
 /* kh_lua_wait.c: drops the holds of deferred replies / held streams when the state closes */
 void kh__lua_close_defers(kh_lua *K);
+/* The hold registry follows a stream that moved (kh_stream_compact: s -> t). */
+void kh__lua_defer_moved(lua_State *L, kh_stream *s, kh_stream *t);
 /* package.path for a state: the app's directory, then khamsin's modules. */
 void kh__lua_set_path(lua_State *L, const char *script);
 

@@ -21,8 +21,9 @@ typedef struct kh_lua_bc {
 extern const kh_lua_bc kh_lua_bc_modules[];
 
 /* Puts each embedded module in package.preload, except when $KHAMSIN_LUA_PATH is set (then
- * every module comes from there) and for a module whose source was edited since the build
- * (its mtime differs: the file wins, so an edit works without a rebuild). */
+ * every module comes from there). A module whose source was edited since the build (its mtime
+ * differs, looked at when it is required) loads from that file: an edit works without a
+ * rebuild. */
 void kh__lua_modules_preload(lua_State *L);
 
 #endif

@@ -204,6 +204,33 @@ static int l_hold(lua_State *L)
     return 1;
 }
 
+/* compact(s, gen) -> s2, gen2 | true | false | nil, "closed": a held h1 tunnel (a WebSocket
+ * between messages) moves into a compact stream (kh_stream_compact): s2, gen2 are its new
+ * pair, the old one is stale; the hold registry (core.held) follows it here, its value too,
+ * the caller updates its own references. true: it never moves (h2, h3, not a held tunnel);
+ * false: not now, a coroutine owns it (try again later). Call it only where no C frame holds
+ * the stream (a timer callback, not a handler that a protocol's dispatch runs: h1's dispatch
+ * still holds the old pointer when the handler returns). */
+static int l_compact(lua_State *L)
+{
+    kh_stream *s = stream_at(L, 1);
+    if (s == NULL || s->proto == NULL)
+        return closed(L);
+    if (s->app_data != NULL || s->app_wait != KH_WAIT_TUNNEL) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    kh_stream *t = kh_stream_compact(s);
+    if (t == s) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    kh__lua_defer_moved(L, s, t);
+    lua_pushlightuserdata(L, t);
+    lua_pushinteger(L, (lua_Integer)t->gen);
+    return 2;
+}
+
 /* tunnel(s, gen) -> the tunnel protocol asked for ("websocket"), the HTTP major version (1, 2,
  * 3: the handshake differs); or nil */
 static int l_tunnel(lua_State *L)
@@ -211,7 +238,7 @@ static int l_tunnel(lua_State *L)
     kh_stream *s = stream_at(L, 1);
     if (s == NULL || !(s->flags & KH_STREAM_F_TUNNEL_REQ))
         return 0;
-    lua_pushstring(L, s->tunnel_proto);
+    lua_pushstring(L, (s->flags & KH_STREAM_F_COMPACT) ? "" : s->tunnel_proto);
     lua_pushinteger(L, s->version_major);
     return 2;
 }
@@ -306,7 +333,8 @@ void kh__lua_open_stream(lua_State *L, kh_lua *K)
 {
     static const luaL_Reg fns[] = {
         {"stream_write", l_write},   {"stream_finish", l_finish}, {"stream_queued", l_queued},
-        {"body_chunk", l_body_chunk}, {"stream_hold", l_hold},    {"tunnel", l_tunnel},
+        {"body_chunk", l_body_chunk}, {"stream_hold", l_hold},
+        {"stream_compact", l_compact},    {"tunnel", l_tunnel},
         {"post_send_to", l_post_send_to}, {"stream_limits", l_limits},
         {"header", l_header},         {"malloc_in_use", l_malloc_in_use},
         {NULL, NULL},

@@ -372,12 +372,13 @@ void kh__lua_wait_cleanup(kh_lua *K, kh_lua_co *c)
 
 /* ---- deferred replies ---- */
 
-/* The streams this state holds by defer_hold, in a registry table (lightuserdata -> true), so
- * that closing the state (the worker stops, or a retired instance ends) drops their holds even
- * when the abort event that would have dropped them never got to run. */
+/* The streams this state holds by defer_hold, in a registry table (lightuserdata -> true, or
+ * the Lua object that holds it: core.held), so that closing the state (the worker stops, or a
+ * retired instance ends) drops their holds even when the abort event that would have dropped
+ * them never got to run. */
 static char defer_key;
 
-static void defer_track(lua_State *L, kh_stream *s, int on)
+static void push_defers(lua_State *L)
 {
     lua_pushlightuserdata(L, &defer_key);
     lua_rawget(L, LUA_REGISTRYINDEX);
@@ -388,11 +389,44 @@ static void defer_track(lua_State *L, kh_stream *s, int on)
         lua_pushvalue(L, -2);
         lua_rawset(L, LUA_REGISTRYINDEX);
     }
+}
+
+/* held() -> the table of held streams: lightuserdata -> true, or the object that holds it
+ * (khamsin.stream.held: an SSE stream or a ws object puts itself there in place of true, so
+ * a held stream costs one entry of one table) */
+static int l_held(lua_State *L)
+{
+    push_defers(L);
+    return 1;
+}
+
+static void defer_track(lua_State *L, kh_stream *s, int on)
+{
+    push_defers(L);
     lua_pushlightuserdata(L, s);
     if (on)
         lua_pushboolean(L, 1);
     else
         lua_pushnil(L);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
+
+void kh__lua_defer_moved(lua_State *L, kh_stream *s, kh_stream *t)
+{
+    if (t->app_defer == NULL)
+        return;
+    push_defers(L);
+    lua_pushlightuserdata(L, t);
+    lua_pushlightuserdata(L, s);
+    lua_rawget(L, -3); /* the value moves too: true, or the object that holds it */
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushboolean(L, 1);
+    }
+    lua_rawset(L, -3);
+    lua_pushlightuserdata(L, s);
+    lua_pushnil(L);
     lua_rawset(L, -3);
     lua_pop(L, 1);
 }
@@ -554,6 +588,7 @@ void kh__lua_open_wait(lua_State *L, kh_lua *K)
         {"blocking", l_blocking},
         {"defer_hold", l_defer_hold},
         {"defer_release", l_defer_release},
+        {"held", l_held},
         {"defer_timeout", l_defer_timeout},
         {"gen", l_gen},
         {"publish", l_publish},

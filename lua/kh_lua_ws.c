@@ -12,6 +12,7 @@
  *        strings (the caller writes them to the tunnel).
  * Never: touches the stream or knows the transport (h1 101 or h2 extended CONNECT are the same
  *        bytes here). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,13 +39,27 @@ typedef struct zctx {
     size_t olen, ocap;
 } zctx;
 
-/* per socket: what an idle WebSocket keeps in the Lua heap besides its ws table (the feed and
- * out state is the worker's, in zctx) */
+/* per socket: the ws object itself (lua/khamsin/websocket.lua), a userdata whose metatable is
+ * CODEC_MT (shared by every socket; websocket.lua puts its methods on it) and whose
+ * environment is the route's table (handlers, subprotocols: shared by the route's sockets).
+ * It is all an idle WebSocket keeps in the Lua heap besides its slot in khamsin.push: no
+ * table, no string (ws.id is formatted from pn when read). The feed and out state is the
+ * worker's, in zctx. */
 typedef struct codec {
     kh_ws_conn w;
     zctx *z;
-    int bits; /* permessage-deflate: our window (9..15), 0 when not negotiated */
+    void *s;        /* the stream, handed back as a lightuserdata for core.stream_* */
+    uint32_t gen;   /* its generation */
+    uint16_t code;  /* the close code the close handler gets; 0 while unknown */
+    uint8_t bits;   /* permessage-deflate: our window (9..15), 0 when not negotiated */
+    uint8_t flags;  /* websocket.lua's state bits (done, closing, ended, end pending) */
+    uint8_t proto;  /* the subprotocol: its index in the route's list, 0 for none */
+    uint32_t magic; /* CODEC_MAGIC (to_codec); in what was padding */
+    double pn;      /* its number in khamsin.push (ws.id), 0 before it registered */
 } codec;
+
+#define CODEC_MAGIC 0x6b687773u /* "khws" */
+_Static_assert(sizeof(codec) == sizeof(kh_ws_conn) + 40, "the ws object stays 160 bytes");
 
 static int zctx_gc(lua_State *L)
 {
@@ -131,29 +146,119 @@ static int on_inflate(void *ud, const uint8_t *in, size_t n, uint64_t max, uint8
 
 static const kh_ws_cbs CBS = {on_message, on_send, NULL, on_inflate};
 
+/* The ws object at index 1, told from any other userdata by its size and a magic word (these
+ * run several times per message: luaL_checkudata would intern the metatable's name each time,
+ * and a metatable comparison costs as much again). */
+static codec *to_codec(lua_State *L)
+{
+    codec *c = lua_touserdata(L, 1);
+    if (c == NULL || lua_objlen(L, 1) != sizeof *c || c->magic != CODEC_MAGIC)
+        luaL_typerror(L, 1, "websocket");
+    return c;
+}
+
 static zctx *get_zctx(lua_State *L)
 {
     return lua_touserdata(L, lua_upvalueindex(1));
 }
 
-/* codec(max_message, max_frame, deflate_bits) */
+/* codec(max_message, max_frame, deflate_bits, s, gen, env, proto) -> the ws object */
 static int l_codec(lua_State *L)
 {
     lua_Number mm = luaL_checknumber(L, 1), mf = luaL_checknumber(L, 2);
     int bits = (int)luaL_optinteger(L, 3, 0);
+    luaL_checktype(L, 6, LUA_TTABLE);
     codec *c = lua_newuserdata(L, sizeof *c);
     memset(c, 0, sizeof *c);
     c->z = get_zctx(L);
-    c->bits = bits >= 9 && bits <= 15 ? bits : 0;
+    c->bits = bits >= 9 && bits <= 15 ? (uint8_t)bits : 0;
+    c->s = lua_touserdata(L, 4);
+    c->gen = (uint32_t)lua_tointeger(L, 5);
+    c->proto = (uint8_t)luaL_optinteger(L, 7, 0);
+    c->magic = CODEC_MAGIC;
     kh_ws_conn_init(&c->w, (uint64_t)mm, (uint64_t)mf, c->bits != 0, &CBS, c);
     luaL_getmetatable(L, CODEC_MT);
     lua_setmetatable(L, -2);
+    lua_pushvalue(L, 6);
+    lua_setfenv(L, -2);
+    return 1;
+}
+
+/* st(ws) -> s, gen, flags */
+static int l_st(lua_State *L)
+{
+    codec *c = to_codec(L);
+    lua_pushlightuserdata(L, c->s);
+    lua_pushinteger(L, (lua_Integer)c->gen);
+    lua_pushinteger(L, c->flags);
+    return 3;
+}
+
+/* move(ws, s, gen): its stream moved (core.stream_hold: a compact stream) */
+static int l_move(lua_State *L)
+{
+    codec *c = to_codec(L);
+    c->s = lua_touserdata(L, 2);
+    c->gen = (uint32_t)luaL_checkinteger(L, 3);
+    return 0;
+}
+
+/* flags_at() -> the offset of the state bits in the ws object (websocket.lua reads them with
+ * the FFI: no C call per check) */
+static int l_flags_at(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)offsetof(codec, flags));
+    return 1;
+}
+
+/* flag(ws, bits) -> flags: sets bits (never cleared) */
+static int l_flag(lua_State *L)
+{
+    codec *c = to_codec(L);
+    c->flags |= (uint8_t)luaL_checkinteger(L, 2);
+    lua_pushinteger(L, c->flags);
+    return 1;
+}
+
+/* code(ws[, code]) -> code (0 while unknown): sets it when given */
+static int l_code(lua_State *L)
+{
+    codec *c = to_codec(L);
+    if (!lua_isnoneornil(L, 2))
+        c->code = (uint16_t)luaL_checkinteger(L, 2);
+    lua_pushinteger(L, c->code);
+    return 1;
+}
+
+/* pn(ws[, pn]) -> pn: its number in khamsin.push */
+static int l_pn(lua_State *L)
+{
+    codec *c = to_codec(L);
+    if (!lua_isnoneornil(L, 2))
+        c->pn = luaL_checknumber(L, 2);
+    lua_pushnumber(L, c->pn);
+    return 1;
+}
+
+/* env(ws) -> the route's table, the subprotocol's index (0: none) */
+static int l_env(lua_State *L)
+{
+    codec *c = to_codec(L);
+    lua_getfenv(L, 1);
+    lua_pushinteger(L, c->proto);
+    return 2;
+}
+
+/* meta() -> the ws objects' metatable (websocket.lua adds __index and the methods) */
+static int l_meta(lua_State *L)
+{
+    luaL_getmetatable(L, CODEC_MT);
     return 1;
 }
 
 static int codec_gc(lua_State *L)
 {
-    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    codec *c = to_codec(L);
     kh_ws_conn_free(&c->w);
     return 0;
 }
@@ -176,7 +281,7 @@ static void push_out(lua_State *L, zctx *c)
  * (message, binary) and (frame, 0) pairs; it pauses after max messages */
 static int l_feed(lua_State *L)
 {
-    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    codec *c = to_codec(L);
     size_t n;
     const char *p = luaL_checklstring(L, 2, &n);
     luaL_checktype(L, 3, LUA_TTABLE);
@@ -213,7 +318,7 @@ static int l_feed(lua_State *L)
  * permessage-deflate was negotiated) */
 static int l_frame(lua_State *L)
 {
-    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    codec *c = to_codec(L);
     int op = (int)luaL_checkinteger(L, 2);
     size_t n;
     const char *p = luaL_checklstring(L, 3, &n);
@@ -247,7 +352,7 @@ static int l_frame(lua_State *L)
 /* close(codec, code, reason) -> the close frame, or nil when one was already sent */
 static int l_close(lua_State *L)
 {
-    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    codec *c = to_codec(L);
     unsigned code = (unsigned)luaL_optinteger(L, 2, 0);
     size_t n = 0;
     const char *r = luaL_optlstring(L, 3, "", &n);
@@ -259,7 +364,7 @@ static int l_close(lua_State *L)
 /* state(codec) -> close_sent, closed, close_code */
 static int l_state(lua_State *L)
 {
-    codec *c = luaL_checkudata(L, 1, CODEC_MT);
+    codec *c = to_codec(L);
     lua_pushboolean(L, c->w.close_sent);
     lua_pushboolean(L, c->w.closed);
     lua_pushinteger(L, c->w.close_code);
@@ -345,7 +450,9 @@ void kh__lua_open_ws(lua_State *L, kh_lua *K)
         {"ws_codec", l_codec},       {"ws_feed", l_feed},           {"ws_frame", l_frame},
         {"ws_close", l_close},       {"ws_state", l_state},         {"ws_accept", l_accept},
         {"ws_version_ok", l_version_ok}, {"ws_has_token", l_has_token}, {"ws_pmd", l_pmd},
-        {"ws_close_code_ok", l_close_code_ok}, {"ws_limits", l_limits}, {NULL, NULL},
+        {"ws_close_code_ok", l_close_code_ok}, {"ws_limits", l_limits}, {"ws_st", l_st},
+        {"ws_flag", l_flag}, {"ws_code", l_code}, {"ws_pn", l_pn}, {"ws_env", l_env},
+        {"ws_meta", l_meta}, {"ws_move", l_move}, {"ws_flags_at", l_flags_at}, {NULL, NULL},
     };
     if (luaL_newmetatable(L, CODEC_MT)) {
         lua_pushcfunction(L, codec_gc);

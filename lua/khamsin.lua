@@ -356,7 +356,7 @@ local events = {
     tunnel = function(s, g)
         local st = package.loaded["khamsin.stream"]
         local obj = st and st.held[s]
-        if obj then obj:_readable(g) end
+        if obj and obj ~= true then obj:_readable(g) end
     end,
 }
 

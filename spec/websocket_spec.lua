@@ -22,7 +22,11 @@ k.websocket("/origin", { origin = "https://good.example", message = echo })
 k.websocket("/proto", { protocols = { "chat.v2", "chat.v1" },
     message = function(ws, data) ws:send(tostring(ws.protocol) .. ":" .. data) end })
 k.websocket("/info", { message = function(ws, data)
-    if data == "id" then ws:send(ws.id) elseif data == "ping" then ws:ping("srv") end
+    if data == "id" then ws:send(ws.id) elseif data == "ping" then ws:ping("srv")
+    elseif data == "n" then ws.n = (ws.n or 0) + 1; ws:send(tostring(ws.n)) -- a field the app sets
+    elseif data == "req" then -- ws.req after open: the held (h1: compact) stream's path
+        ws:send(tostring(ws.req.path) .. " " .. tostring(pcall(function() ws.id = 1 end)))
+    end
 end })
 k.websocket("/slow", { message = function(ws, data)
     k.sleep(0.002 * (#data % 3)) -- handlers that wait: the next message waits for this one
@@ -258,11 +262,14 @@ describe("k.websocket conformance", function()
                 { frames = { F(1, "x"), CLOSE }, path = "/proto",
                   headers = { ["Sec-WebSocket-Protocol"] = "chat.v0, chat.v1" } },
                 { frames = { F(1, "ping"), F(1, "id"), CLOSE }, path = "/info" },
+                { frames = { F(1, "n"), F(1, "req"), F(1, "n"), CLOSE }, path = "/info" },
             })
             assert.are.equal("chat.v1", res[1].headers["sec-websocket-protocol"])
             assert.are.equal("T:chat.v1:x C:1000", summary(res[1]))
             local s = summary(res[2])
             assert.truthy(s:match("^I:srv T:%d+%-%d+%-%d+ C:1000$"), s)
+            -- the ws object is a userdata: fields the app sets stay; id cannot be set
+            assert.are.equal("T:1 T:/info false T:2 C:1000", summary(res[3]))
         end)
 
         it("negotiates permessage-deflate and echoes compressed messages", function()

@@ -138,20 +138,25 @@ def core_times(cores):
     return out
 
 
-def anon_kib(root):
-    """RssAnon (KiB) of root's process tree: its private anonymous resident memory, which, unlike
-    PSS, does not drop when a client maps the same libraries (PSS splits shared pages)."""
+def status_kib(root, field):
+    """The sum of one /proc/PID/status field (KiB: "VmRSS", "RssAnon", ...) over root's process tree."""
     total = 0
     for pid in tree(root):
         try:
             with open(f"/proc/{pid}/status") as f:
                 for line in f:
-                    if line.startswith("RssAnon:"):
+                    if line.startswith(field + ":"):
                         total += int(line.split()[1])
                         break
         except OSError:
             pass
     return total
+
+
+def anon_kib(root):
+    """RssAnon (KiB) of root's process tree: its private anonymous resident memory, which, unlike
+    PSS, does not drop when a client maps the same libraries (PSS splits shared pages)."""
+    return status_kib(root, "RssAnon")
 
 
 def pss_kib(root):

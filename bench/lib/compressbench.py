@@ -10,10 +10,10 @@ import json, os, socket, statistics, subprocess, sys, tempfile, time, zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
+import method  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("KHAMSIN_BIN", os.path.join(ROOT, "build-release", "khamsin"))
-ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DURATION = int(os.environ.get("DURATION", "5"))
 CONNS = int(os.environ.get("CONNS", "8"))
 SERVER_CORE = os.environ.get("SERVER_CORE", "1")
@@ -136,20 +136,35 @@ def wrk(path, ae, secs=None):
 def main():
     d = tempfile.mkdtemp(prefix="khcompress-")
     sizes = payloads(d)
+    # CODINGS narrows the set (all.sh runs "gzip"): the codings khamsin runs; nginx runs gzip.
+    want = os.environ.get("CODINGS", "gzip br zstd").split()
+    glevels = tuple(int(x) for x in os.environ.get("GZIP_LEVELS", "1 5 9").split())
     cfgs = [{"server": "khamsin", "coding": None, "level": 0}]
-    for coding, levels in (("gzip", (1, 5, 9)), ("br", (1, 4, 6)), ("zstd", (1, 3, 9))):
-        for lv in levels:
-            cfgs.append({"server": "khamsin", "coding": coding, "level": lv})
+    for coding, levels in (("gzip", glevels), ("br", (1, 4, 6)), ("zstd", (1, 3, 9))):
+        if coding in want:
+            for lv in levels:
+                cfgs.append({"server": "khamsin", "coding": coding, "level": lv})
     cfgs.append({"server": "nginx", "coding": None, "level": 0})
-    for lv in (1, 5, 9):
+    for lv in glevels:
         cfgs.append({"server": "nginx", "coding": "gzip", "level": lv})
     for c in cfgs:
         c["name"] = f"{c['server']} {c['coding'] or 'identity'}{'-' + str(c['level']) if c['coding'] else ''}"
     kinds = ("json", "html")
-    res = {(c["name"], k): [] for c in cfgs for k in kinds}
     size = {}
-    for rnd in range(ROUNDS):
-        order = cfgs if rnd % 2 == 0 else list(reversed(cfgs))  # alternate the order
+    rows = []
+    print(f"# khamsin bench: compression CPU per MB (bench/compress.sh)")
+    print(f"date:     {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+    print(f"command:  ROUNDS={os.environ.get('ROUNDS', '')} DURATION={DURATION} CONNS={CONNS} CODINGS=\"{' '.join(want)}\" "
+          f"GZIP_LEVELS=\"{' '.join(map(str, glevels))}\" bench/compress.sh; binary {BIN}")
+    print(f"git:      {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}")
+    print(f"cpu:      {method.cpu_model()}")
+    rounds = method.Rounds(d)
+    print(rounds.line(), flush=True)
+    for rnd in rounds:
+        print(f"round {rnd}", flush=True)
+        order = cfgs if rnd % 2 else list(reversed(cfgs))  # alternate the order
+        base = {}
+        got_rows = []
         for c in order:
             p = start(c, d)
             try:
@@ -168,36 +183,33 @@ def main():
                     if not r["requests"] or any("Non-2xx" in e for e in r["errors"]):
                         raise SystemExit(f"{c['name']} {k}: wrk failed {r}")
                     mb = r["requests"] * sizes[k] / 1e6
-                    res[(c["name"], k)].append((cpu / mb * 1e3, r["requests"] / cpu))
+                    ms_mb = cpu / mb * 1e3
+                    if not c["coding"]:
+                        base[(c["server"], k)] = ms_mb
+                    got_rows.append((c, k, ms_mb, r["requests"] / cpu))
+                    print(f"  {c['name']:<20} {k}: {ms_mb:.2f} CPU ms/MB, {r['requests'] / cpu:.0f} req/CPU-s", flush=True)
             finally:
                 stop(p)
-    print(f"payloads: json {sizes['json']} B, html {sizes['html']} B; {ROUNDS} rounds x {DURATION} s, "
-          f"{CONNS} connections, server on core {SERVER_CORE}, wrk on core {WRK_CORE}")
-    print("CPU ms per MB of payload (uncompressed MB served): median [min-max]; compression ms/MB = "
-          "that minus the same server's identity; ratio = compressed/original size")
-    for k in kinds:
-        print(f"\n== {k} ==")
-        print(f"{'config':<22}{'size':>8}{'ratio':>7}{'ms/MB':>9}{'[min-max]':>16}{'compr ms/MB':>13}{'req/CPU-s':>11}")
-        base = {}
-        for c in cfgs:
-            v = res[(c["name"], k)]
-            med = statistics.median(x[0] for x in v)
+        for c, k, ms_mb, rpc in got_rows:
             if not c["coding"]:
-                base[c["server"]] = med
-        med_of = {}
-        for c in cfgs:
-            v = res[(c["name"], k)]
-            med = statistics.median(x[0] for x in v)
-            med_of[c["name"]] = med - base[c["server"]]
-            rps = statistics.median(x[1] for x in v)
-            n = size[(c["name"], k)]
-            print(f"{c['name']:<22}{n:>8}{n / sizes[k]:>7.3f}{med:>9.2f}"
-                  f"{'[%.2f-%.2f]' % (min(x[0] for x in v), max(x[0] for x in v)):>16}"
-                  f"{med - base[c['server']]:>13.2f}{rps:>11.0f}")
-        for lv in (1, 5, 9):
-            a, b = med_of.get(f"khamsin gzip-{lv}"), med_of.get(f"nginx gzip-{lv}")
-            if a and b:
-                print(f"gzip-{lv}: compression ms/MB khamsin/nginx = {a / b:.2f}")
+                continue
+            # the anchor's name is the server's name; the case names the coding and level, so
+            # khamsin gzip-5 pairs with nginx gzip-5 in the same round
+            rows.append({"round": rnd, "server": "khamsin" if c["server"] == "khamsin" else "nginx-gzip",
+                         "case": f"{k} {c['coding']}-{c['level']}", "ms_per_mb": ms_mb,
+                         "compr_ms_per_mb": ms_mb - base[(c["server"], k)], "req_per_cpu": rpc})
+    print(f"\npayloads: json {sizes['json']} B, html {sizes['html']} B; {DURATION} s windows, "
+          f"{CONNS} connections, server on core {SERVER_CORE}, wrk on core {WRK_CORE}")
+    print("compr_ms_per_mb = server CPU ms per MB of (uncompressed) payload served at that coding and level, minus the "
+          "same server's identity figure of the same round; sizes (compressed/original):")
+    for c in cfgs:
+        if c["coding"]:
+            print("  " + c["name"] + ": " + ", ".join(f"{k} {size[(c['name'], k)] / sizes[k]:.3f}" for k in kinds))
+    method.summarize(rows, rounds, metric=["compr_ms_per_mb"], lower=["compr_ms_per_mb"], group="case",
+                     anchor="nginx-gzip", label="compression CPU per MB (vs nginx gzip)")
+    print("## Appendix: rows")
+    for r in rows:
+        print(json.dumps(r))
 
 
 if __name__ == "__main__":

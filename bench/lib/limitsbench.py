@@ -33,28 +33,14 @@ import socket
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 REQ = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n"
 
 
-def tree(root):
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                data = f.read()
-            ppid = int(data[data.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [int(root)]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
+tree = benchlib.tree
 
 
 def cpu_s(root):
@@ -72,16 +58,7 @@ def cpu_s(root):
 
 
 def rss_kb(root):
-    total = 0
-    for p in tree(root):
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    return benchlib.status_kib(root, "VmRSS")
 
 
 def count_lines(path):

@@ -219,6 +219,64 @@ def cmd_summary(a):
             f.write("\n".join(md) + "\n")
 
 
+# ------------------------------------------------- the same, for Python drivers ----
+
+class Rounds:
+    """The round loop of common.sh for a Python driver:
+
+        rounds = method.Rounds(tmpdir)          # ROUNDS / BENCH_ROUNDS wanted, BENCH_MAX_REDO extra
+        for r in rounds:                         # r counts every round run, kept or not
+            ... every server once, A B A B (flip the order on odd r), rows tagged "round": r ...
+        method.summarize(rows, rounds, metric=["req_per_cpu"], group="case", label="...")
+    A round whose verdict is 'disturbed' is said, logged and redone (common.sh's rules)."""
+
+    def __init__(self, tmpdir, want=None):
+        self.want = int(want or os.environ.get("ROUNDS") or os.environ.get("BENCH_ROUNDS") or 5)
+        v = os.environ.get("BENCH_MAX_REDO")
+        self.max_redo = int(v) if v not in (None, "") else self.want
+        self.snapfile = os.path.join(tmpdir, "round.snap")
+        self.log = os.path.join(tmpdir, "discarded.jsonl")
+        open(self.log, "w").close()
+        self.round = 0
+        self.kept = 0
+
+    def __iter__(self):
+        while self.kept < self.want and self.round < self.want + self.max_redo:
+            self.round += 1
+            cmd_snap(argparse.Namespace(file=self.snapfile))
+            yield self.round
+            try:
+                cmd_verdict(argparse.Namespace(file=self.snapfile, round=self.round, log=self.log))
+                self.kept += 1
+            except SystemExit as e:
+                if e.code != 3:
+                    raise
+                if self.round >= self.want + self.max_redo and self.kept < self.want:
+                    print(f"  (redo budget spent: {self.kept} clean round(s) of {self.want} wanted)", flush=True)
+
+    def line(self):
+        return (f"method:   rounds wanted {self.want} (servers alternate within each round), a round is discarded "
+                f"and redone (<= {self.max_redo} extra) if load average > {max_load():.0f} or steal > {max_steal()}; "
+                f"medians [min..max], ratio = per-round paired ratios + bootstrap CI95; "
+                f"loadavg now {open('/proc/loadavg').read().split()[0]}")
+
+
+def summarize(rows, rounds, metric, lower=(), group="", subject="khamsin", anchor="nginx-lua", label="",
+              summary=None):
+    """cmd_summary over a list of row dicts (see `summary` above)."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        path = f.name
+    try:
+        cmd_summary(argparse.Namespace(rows=path, metric=list(metric), lower=list(lower), group=group,
+                                       subject=subject, anchor=anchor, discarded=rounds.log if rounds else None,
+                                       label=label, summary=summary))
+    finally:
+        os.unlink(path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sp = ap.add_subparsers(dest="cmd", required=True)

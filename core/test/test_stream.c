@@ -2,7 +2,9 @@
  * Checks the fields the engine adds: X-Request-Id on every stream (kh_reqid.h), and the security
  * fields on TLS streams (HSTS, nosniff): added once, after the handler's fields, never when the
  * handler set its own (any case), the security ones not at all when the limits are 0; a head
- * whose fields already hold all of them reaches the sink as the very array the app passed. */
+ * whose fields already hold all of them reaches the sink as the very array the app passed.
+ * And kh_stream_compact: a held tunnel moves into a compact stream (refs, body, method and path
+ * kept, the old pair stale, no headers), and goes back to the compact pool. */
 #include <stdio.h>
 #include <string.h>
 
@@ -49,7 +51,7 @@ static void rec_reset(kh_stream *s, int err)
 }
 
 static const kh_sink_vt rec_sink = {"rec", rec_head, rec_data, rec_want_body, rec_reset,
-                                     NULL, NULL, NULL, NULL, NULL};
+                                     NULL, NULL, NULL, NULL, NULL, NULL};
 
 static kh_worker W;
 static kh_config cfg;
@@ -89,6 +91,61 @@ static int find(const char *name, int *count)
         }
     }
     return at;
+}
+
+/* kh_stream_compact: a held tunnel moves into a compact stream with a sink that can move it;
+ * the old pair goes stale, the new one has what a tunnel uses, the request's part reads empty,
+ * and its release puts it in the compact pool (ASan: nothing read past the compact size). */
+static kh_stream *moved_from, *moved_to;
+
+static int tun_tunnel(kh_stream *s, const kh_header *h, size_t n)
+{
+    (void)s, (void)h, (void)n;
+    return 0;
+}
+
+static void tun_moved(kh_stream *s, kh_stream *t)
+{
+    moved_from = s;
+    moved_to = t;
+}
+
+static const kh_sink_vt tun_sink = {.name = "tun", .head = rec_head, .data = rec_data,
+                                    .want_body = rec_want_body, .reset = rec_reset,
+                                    .tunnel = tun_tunnel, .moved = tun_moved};
+
+static void test_compact(void)
+{
+    kh_header h[2] = {{KH_STR_LIT("Upgrade"), KH_STR_LIT("websocket")},
+                      {KH_STR_LIT("Sec-WebSocket-Key"), KH_STR_LIT("k")}};
+    for (int round = 0; round < 2; round++) {
+        kh_stream *s = kh_stream_open(&W, &tun_sink, &proto_token);
+        kh_stream_set_head(s, KH_STR_LIT("GET"), KH_STR_LIT("/ws?x=1"), KH_STR_LIT("/ws"),
+                           KH_STR_LIT("x=1"), KH_STR_LIT("h"), 1, 1, h, 2);
+        kh_stream_mark_tunnel(s, KH_STR_LIT("websocket"));
+        kh_ok(kh_stream_compact(s) == s, "not a held tunnel yet: stays");
+        kh_is_int(kh_stream_accept_tunnel(s, NULL, 0), 0, "accepted");
+        kh_stream_hold(s);
+        kh_stream_retain(s); /* the app's hold */
+        kh_stream_on_body(s, "abc", 3);
+        uint32_t gen = s->gen, id = s->id;
+        kh_stream *t = kh_stream_compact(s);
+        kh_ok(t != s && moved_from == s && moved_to == t, "moved, the sink told (round %d)", round);
+        kh_ok(s->gen != gen, "the old pair is stale");
+        kh_ok((t->flags & KH_STREAM_F_COMPACT) && (t->flags & KH_STREAM_F_TUNNEL), "compact tunnel");
+        kh_is_int(t->refs, 2, "refs kept");
+        kh_is_int(t->id, id, "the same id (logs)");
+        kh_ok(t->proto == &proto_token && t->body.len == 3 && memcmp(t->body.base, "abc", 3) == 0,
+              "protocol and unread input kept");
+        kh_ok(kh_str_eq(t->method, "GET", 3) && kh_str_eq(t->path, "/ws", 3), "method and path kept");
+        kh_ok(kh_stream_header(t, "upgrade", 7) == NULL, "no headers");
+        kh_ok(kh_stream_compact(t) == t, "once");
+        kh_is_int(kh_stream_send_data(t, "x", 1, 0), 0, "send_data on it");
+        kh_stream_body_consume(t, 3);
+        kh_stream_release(t);
+        kh_stream_release(t);
+        kh_ok(W.compact_pool == t, "released into the compact pool");
+    }
 }
 
 /* kh_stream_head_build: the fields h2 and h3 send (one builder for both) */
@@ -153,6 +210,7 @@ static void test_head_build(void)
 int main(void)
 {
     setup();
+    test_compact();
     kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain")};
     int count, at;
 

@@ -73,9 +73,11 @@ function M.finish(res)
     return nil, err
 end
 
--- Streams kept open after their handler (an SSE stream the handler returned): stream pointer
--- -> object with :_aborted(); the abort event (core: the peer left) reaches them here.
-local held = {}
+-- Streams kept open after their handler (an SSE stream the handler returned, a WebSocket):
+-- stream pointer -> object with :_aborted(); the abort event (core: the peer left) reaches
+-- them here. It is the engine's own table of held streams (core.held: every core.defer_hold
+-- puts `true` there, which the object replaces with itself), so a held stream costs one entry.
+local held = core.held()
 M.held = held
 
 -- The handler returned (response.finish) after res:write / res:sse.
@@ -97,7 +99,7 @@ end
 -- The abort event of a held stream (the client left): true when it was one of ours.
 function M.on_abort(s)
     local obj = held[s]
-    if not obj then return false end
+    if not obj or obj == true then return false end -- (true: a deferred reply's hold)
     obj:_aborted() -- finds itself in held: drops its entry and the hold (core.defer_release),
     held[s] = nil  -- so the stream, and the app instance it names, are freed
     return true

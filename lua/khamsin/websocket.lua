@@ -15,10 +15,16 @@
 -- ws:send above the high-water mark...) the reader waits with it and the socket is not read,
 -- which is the bounded inbound queue. The socket's end (close handshake, the peer leaving, the
 -- close timeout, a slow consumer) runs the close handler once, from the reader if one runs,
--- else from the abort event or a callback of its own. What an idle socket keeps: its ws table
--- (at most 8 hash slots), the codec userdata, the req table with what open() read, and its
--- entries in the push, held and hold registries (bench/README.md, "memory per idle
--- WebSocket"). The ws object is a push target (khamsin.push): k.send_to(ws.id, data)
+-- else from the abort event or a callback of its own.
+-- The ws object is the codec's userdata (lua/kh_lua_ws.c), not a table: its state (stream,
+-- generation, state bits, close code, push number, subprotocol index) is C fields of it, its
+-- environment the route's table (handlers, subprotocols), and its metatable, shared by every
+-- socket, this file's methods. ws.id, ws.protocol and ws.req are computed when read; what a
+-- socket has only sometimes (its reader while one runs, topics, the req table when open()
+-- read from it, fields the app set on ws) lives in weak side tables keyed by the object. So an
+-- idle socket keeps, in the Lua heap, that userdata, its slot in khamsin.push and its entries
+-- in the held and hold registries (bench/README.md, "memory per idle WebSocket").
+-- The ws object is a push target (khamsin.push): k.send_to(ws.id, data)
 -- reaches it from anywhere; a send from anything but its own handlers never waits, and a socket
 -- with stream_out_cap bytes already queued is closed with 1008 instead (a slow consumer never
 -- holds memory without bound, nor stalls a k.publish to the others).
@@ -28,20 +34,28 @@ errors.own()
 local raise = errors.raise
 local push = require "khamsin.push"
 local held = require("khamsin.stream").held
+local new_req = require("khamsin.request").new
 
-local type, pairs, ipairs, setmetatable, rawget, rawset, tostring, xpcall, traceback =
-    type, pairs, ipairs, setmetatable, rawget, rawset, tostring, xpcall, debug.traceback
-local sub, lower, gmatch, remove = string.sub, string.lower, string.gmatch, table.remove
+local type, pairs, ipairs, next, setmetatable, rawget, rawset, tostring, xpcall, traceback =
+    type, pairs, ipairs, next, setmetatable, rawget, rawset, tostring, xpcall, debug.traceback
+local sub, gmatch, remove = string.sub, string.gmatch, table.remove
+local band = bit.band
+local ffi = require "ffi"
+local cast = ffi.cast
 -- coroutine.resume is khamsin.coroutine's (installed before the app, so before this module
 -- loads): engine waits inside a message handler pass up through it
 local co_create, co_resume, co_running = coroutine.create, coroutine.resume, coroutine.running
 
-local ws_codec, ws_feed, ws_frame, ws_close, ws_state =
-    core.ws_codec, core.ws_feed, core.ws_frame, core.ws_close, core.ws_state
+local ws_codec, ws_feed, ws_frame, ws_close = core.ws_codec, core.ws_feed, core.ws_frame, core.ws_close
+local ws_st, ws_flag, ws_code, ws_pn, ws_env, ws_move =
+    core.ws_st, core.ws_flag, core.ws_code, core.ws_pn, core.ws_env, core.ws_move
 local write, finish, body_chunk = core.stream_write, core.stream_finish, core.body_chunk
+local stream_compact = core.stream_compact
 local core_header = core.header
 
 local OP_TEXT, OP_BINARY, OP_PING = 1, 2, 9
+-- the state bits of a ws object (core.ws_flag: set, never cleared)
+local DONE, CLOSING, ENDED, PENDING, COMPACT = 1, 2, 4, 8, 16 -- (COMPACT: moved, or never will)
 
 local M = {}
 
@@ -51,44 +65,97 @@ end
 
 -- ---- the ws object ----
 
-local ws_mt = {}
-ws_mt.__index = ws_mt
+local methods = {}
+local weak = { __mode = "k" }
+-- what a socket has only sometimes, by object (weak keys: none of them keeps a socket alive)
+local reader_of = setmetatable({}, weak) -- the coroutine that reads it, while one runs
+local topics_of = setmetatable({}, weak) -- topic -> true, once it subscribed
+local req_of = setmetatable({}, weak)    -- the req table, when open() (or middleware) read from it
+local fields_of = setmetatable({}, weak) -- fields the app set on it (ws.name = ...)
 
--- Writes frame bytes. own: the caller is one of this socket's handlers (it may wait for the
+local push_id = push.id -- (not the push module: spec/meta_spec.lua reads __index's upvalues)
+local ws_mt = core.ws_meta() -- the codec's metatable (its __gc frees the codec's buffers)
+ws_mt.__index = function(ws, key)
+    local m = methods[key]
+    if m then return m end
+    if key == "id" then
+        local n = ws_pn(ws)
+        return n ~= 0 and push_id(n) or nil
+    elseif key == "protocol" then
+        local env, i = ws_env(ws)
+        return i ~= 0 and env.opts.protocols[i] or nil
+    elseif key == "req" then
+        local req = req_of[ws]
+        if req == nil then
+            local s, g = ws_st(ws)
+            req = new_req(s, g) -- reads as the held stream reads: method and path
+            req_of[ws] = req
+        end
+        return req
+    end
+    local f = fields_of[ws]
+    return f and f[key]
+end
+ws_mt.__newindex = function(ws, key, value)
+    if key == "id" or key == "protocol" or key == "req" or methods[key] then
+        raise("ws." .. tostring(key) .. " cannot be set")
+    end
+    local f = fields_of[ws]
+    if not f then
+        f = {}
+        fields_of[ws] = f
+    end
+    f[key] = value
+end
+ws_mt.__tostring = function(ws) return "websocket " .. tostring(ws.id) end
+
+-- the state bits, read in place (the FFI casts a userdata to its payload's address): checked
+-- several times per message, where a C call would cost more than the rest of the check
+local u8p, FLAGS_AT = ffi.typeof("const uint8_t *"), core.ws_flags_at()
+local function flags(ws)
+    return cast(u8p, ws)[FLAGS_AT]
+end
+
+local function done(ws)
+    return band(flags(ws), DONE) ~= 0
+end
+
+local ended
+
+-- Writes frame bytes on the socket's stream (s, g: from ws_st, taken by the caller with the
+-- state it checked). own: the caller is one of this socket's handlers (it may wait for the
 -- queue to drain); anyone else never waits, and past stream_out_cap the socket is closed 1008.
-local function put(ws, bytes, own)
-    if ws._done then return nil, "closed" end
-    local ok, err = write(ws._s, ws._g, bytes, own and "wait" or "push")
+local function put(ws, s, g, bytes, own)
+    local ok, err = write(s, g, bytes, own and "wait" or "push")
     if ok == true then return true end
     if err == "full" then
         -- the slow consumer: say why, then end it (the close frame may never be read)
         -- (in "wait" mode: past the cap "push" would refuse it; a sender that is not the
         -- socket's own handler never waits)
-        local cf = ws_close(ws._codec, 1008, "slow consumer")
-        if cf then write(ws._s, ws._g, cf, "wait") end
-        ws._close_code, ws._close_reason = 1008, "slow consumer"
-        finish(ws._s, ws._g, true) -- cut: h2 resets the stream, dropping what is queued
-        ws._done = true
+        local cf = ws_close(ws, 1008, "slow consumer")
+        if cf then write(s, g, cf, "wait") end
+        ws_code(ws, 1008)
+        finish(s, g, true) -- cut: h2 resets the stream, dropping what is queued
+        ws_flag(ws, DONE)
         -- the close handler runs later, in a callback of its own: not inside this send (a
         -- k.publish walking its subscribers, another socket's handler)
-        core.timer(0, nil, function() M._ended(ws) end)
+        core.timer(0, nil, function() ended(ws) end)
         return nil, "closed"
     end
     return nil, err or "closed"
 end
 
--- the message handler's coroutine -> its socket, while it runs (no field in the ws table: an
--- idle socket's table stays within 8 hash slots)
-local handler_of = setmetatable({}, { __mode = "k" })
+-- the message handler's coroutine -> its socket, while it runs
+local handler_of = setmetatable({}, weak)
 
 local function own(ws)
     local co = co_running()
-    return co ~= nil and (co == ws._reader or handler_of[co] == ws)
+    return co ~= nil and (co == reader_of[ws] or handler_of[co] == ws)
 end
 
 -- ws:send(data[, binary]) -> true | nil, "closed"
-function ws_mt.send(ws, data, binary)
-    if type(ws) ~= "table" or rawget(ws, "_codec") == nil then
+function methods.send(ws, data, binary)
+    if type(ws) ~= "userdata" then
         raise("ws:send(data[, binary]): call it with ':'")
     end
     local t = type(data)
@@ -97,23 +164,25 @@ function ws_mt.send(ws, data, binary)
     elseif t ~= "string" then
         raise("ws:send(data[, binary]): data must be a string, got a " .. t)
     end
-    if ws._closing then return nil, "closed" end
-    return put(ws, ws_frame(ws._codec, binary and OP_BINARY or OP_TEXT, data), own(ws))
+    local s, g, f = ws_st(ws)
+    if band(f, CLOSING + DONE) ~= 0 then return nil, "closed" end
+    return put(ws, s, g, ws_frame(ws, binary and OP_BINARY or OP_TEXT, data), own(ws))
 end
 
 -- ws:ping([data]) -> true | nil, "closed" (the codec answers the peer's pings by itself)
-function ws_mt.ping(ws, data)
+function methods.ping(ws, data)
     data = data or ""
     if type(data) ~= "string" or #data > 125 then
         raise("ws:ping([data]): data is a string of at most 125 bytes")
     end
-    if ws._closing then return nil, "closed" end
-    return put(ws, ws_frame(ws._codec, OP_PING, data), own(ws))
+    local s, g, f = ws_st(ws)
+    if band(f, CLOSING + DONE) ~= 0 then return nil, "closed" end
+    return put(ws, s, g, ws_frame(ws, OP_PING, data), own(ws))
 end
 
 -- ws:close([code[, reason]]): starts the close handshake; the close callback runs once the
 -- peer answered (or after ws_close_timeout_ms).
-function ws_mt.close(ws, code, reason)
+function methods.close(ws, code, reason)
     code = code or 1000
     if type(code) ~= "number" or not core.ws_close_code_ok(code) or code == 1005
         or (code > 1003 and code < 3000 and code ~= 1007 and code ~= 1008 and code ~= 1009
@@ -125,17 +194,18 @@ function ws_mt.close(ws, code, reason)
     if type(reason) ~= "string" or #reason > 123 then
         raise("ws:close(code, reason): reason is a string of at most 123 bytes")
     end
-    if ws._closing or ws._done then return true end
-    ws._closing = true
-    local cf = ws_close(ws._codec, code, reason)
-    if cf then write(ws._s, ws._g, cf, "wait") end
-    local s, g = ws._s, ws._g
+    local s, g, f = ws_st(ws)
+    if band(f, CLOSING + DONE) ~= 0 then return true end
+    ws_flag(ws, CLOSING)
+    local cf = ws_close(ws, code, reason)
+    if cf then write(s, g, cf, "wait") end
     core.timer(core.ws_limits().close_timeout, nil, function()
-        if not ws._done then
-            ws._close_code = ws._close_code or 1006
-            ws._done = true
-            finish(s, g)
-            M._ended(ws)
+        if not done(ws) then
+            if ws_code(ws) == 0 then ws_code(ws, 1006) end
+            ws_flag(ws, DONE)
+            local s2, g2 = ws_st(ws) -- its stream now: it may have moved (compact, below)
+            finish(s2, g2)
+            ended(ws)
         end
     end)
     return true
@@ -152,30 +222,36 @@ local function topic_fn(topic)
     end
 end
 
-function ws_mt.subscribe(ws, topic)
+function methods.subscribe(ws, topic)
     if type(topic) ~= "string" then raise("ws:subscribe(topic): topic must be a string") end
     local set = topics[topic]
     if not set then
-        set = setmetatable({}, { __mode = "k" })
+        set = setmetatable({}, weak)
         topics[topic] = set
         require("khamsin").subscribe(topic, topic_fn(topic))
     end
     set[ws] = true
-    ws._topics = ws._topics or {}
-    ws._topics[topic] = true
+    local mine = topics_of[ws]
+    if not mine then
+        mine = {}
+        topics_of[ws] = mine
+    end
+    mine[topic] = true
 end
 
-function ws_mt.unsubscribe(ws, topic)
+function methods.unsubscribe(ws, topic)
     local set = topics[topic]
     if set then set[ws] = nil end
-    if ws._topics then ws._topics[topic] = nil end
+    local mine = topics_of[ws]
+    if mine then mine[topic] = nil end
 end
 
 -- push target (khamsin.push): never yields
-function ws_mt._push(ws, data)
+function methods._push(ws, data)
     if type(data) ~= "string" then data = tostring(data) end
-    if ws._closing then return nil, "closed" end
-    return put(ws, ws_frame(ws._codec, OP_TEXT, data), false)
+    local s, g, f = ws_st(ws)
+    if band(f, CLOSING + DONE) ~= 0 then return nil, "closed" end
+    return put(ws, s, g, ws_frame(ws, OP_TEXT, data), false)
 end
 
 -- ---- the handshake ----
@@ -222,55 +298,69 @@ end
 -- The socket is over (close handshake done, the peer left, a slow consumer, the close
 -- timeout): once, in whichever coroutine sees it first while no reader runs (a running reader
 -- does it as it ends). The stream's hold is released and the close handler runs.
-local function ended(ws)
-    if ws._ended then return end
-    if ws._reader then ws._end_pending = true return end
-    ws._ended = true
-    if not ws._close_code then ws._close_code = 1006 end -- no close frame
-    ws._done = true
-    local s, g = ws._s, ws._g
+function ended(ws)
+    local s, g, f = ws_st(ws)
+    if band(f, ENDED) ~= 0 then return end
+    if reader_of[ws] then ws_flag(ws, PENDING) return end
+    ws_flag(ws, ENDED + DONE)
+    if ws_code(ws) == 0 then ws_code(ws, 1006) end -- no close frame
     finish(s, g)
-    push.unregister(ws.id)
-    if ws._topics then for t in pairs(ws._topics) do ws:unsubscribe(t) end end
+    push.unregister(ws_pn(ws))
+    local mine = topics_of[ws]
+    if mine then for t in pairs(mine) do methods.unsubscribe(ws, t) end end
     -- the engine's hold (core.defer_hold); the abort event has taken it out of held already.
     -- defer_release checks the generation and that a hold is there: safe when there was none
     if held[s] == ws then held[s] = nil end
     core.defer_release(s, g)
-    local h = ws._h
-    if h.close then call(ws, h.close, ws._close_code) end
+    local h = ws_env(ws).h
+    if h.close then call(ws, h.close, ws_code(ws)) end
+end
+
+-- A held HTTP/1.1 tunnel moves into a compact stream (core.stream_compact, kh_stream_compact:
+-- what a tunnel needs, without the request's part): from a timer callback, where no C frame
+-- holds the old pointer (h1's dispatch does while the handshake's handler runs), and only while
+-- no reader runs (else again once the reader ends). The hold registry (held) follows it in C,
+-- the ws object here. HTTP/2 and HTTP/3 streams never move.
+local function compact(ws)
+    local s, g, f = ws_st(ws)
+    if band(f, DONE + CLOSING + COMPACT) ~= 0 then return end
+    local s2, g2 = stream_compact(s, g)
+    if s2 == false then return end -- a reader runs: it tries again as it ends
+    ws_flag(ws, COMPACT)
+    if s2 and s2 ~= true then ws_move(ws, s2, g2) end
 end
 
 -- Reads what the tunnel has now (never waits for input): each chunk to the codec, each message
 -- to the message handler, in order. Runs in a coroutine that owns the stream (the request's
 -- own right after the handshake, then one started by each arrival: the "tunnel" event).
 local function drain(ws)
-    local s, g = ws._s, ws._g
-    local message, queue = ws._h.message, QUEUE
+    local s, g = ws_st(ws)
+    local message, queue = ws_env(ws).h.message, QUEUE
     local list = remove(spare_lists) or {} -- (garbage per wake-up: RSS after a burst)
-    ws._reader = co_running()
-    while not ws._done do
+    reader_of[ws] = co_running()
+    while not done(ws) do
         local chunk, err = body_chunk(s, g, true)
         if chunk == true then goto continue end -- woken: ask again
         if type(chunk) ~= "string" then
-            if err ~= "wait" then ws._done = true end -- the end of input, or the peer left
+            if err ~= "wait" then ws_flag(ws, DONE) end -- the end of input, or the peer left
             break
         end
         do
             local pos = 1
             while true do
-                local st, used, _, code = ws_feed(ws._codec, pos == 1 and chunk or sub(chunk, pos), list, queue)
+                local st, used, _, code = ws_feed(ws, pos == 1 and chunk or sub(chunk, pos), list, queue)
                 for i = 1, #list, 2 do
                     local data, tag = list[i], list[i + 1]
                     list[i], list[i + 1] = nil, nil
                     if tag == 0 then -- a pong or close frame of the codec's, in order
-                        if not ws._done then write(s, g, data, "push") end
-                    elseif message and not ws._done then
+                        if not done(ws) then write(s, g, data, "push") end
+                    elseif message and not done(ws) then
                         run_message(ws, message, data, tag)
                     end
                 end
                 if st == "closed" then
-                    ws._close_code = code
-                    ws._done = true
+                    ws_code(ws, code)
+                    ws_flag(ws, DONE)
                     break
                 end
                 if st == "ok" then break end
@@ -279,18 +369,24 @@ local function drain(ws)
         end
         ::continue::
     end
-    ws._reader = false
+    reader_of[ws] = nil
     if list[1] == nil then spare_lists[#spare_lists + 1] = list end
-    if ws._done or ws._end_pending then ended(ws) end
+    local f = flags(ws)
+    if band(f, DONE + PENDING) ~= 0 then
+        ended(ws)
+    elseif band(f, COMPACT + CLOSING) == 0 then
+        core.timer(0, nil, function() compact(ws) end)
+    end
 end
 
 -- held-stream hooks (khamsin.stream.held; khamsin.lua's "tunnel" and "abort" events)
-function ws_mt._readable(ws, g)
-    if g == ws._g then drain(ws) end
+function methods._readable(ws, g)
+    local _, mine = ws_st(ws)
+    if g == mine then drain(ws) end
 end
 
-function ws_mt._aborted(ws)
-    ws._done = true
+function methods._aborted(ws)
+    ws_flag(ws, DONE)
     ended(ws)
 end
 
@@ -303,12 +399,13 @@ end
 
 local LIMITS
 
-local function serve(h, opts, req, res)
+local function serve(route, req, res)
     local limits = LIMITS
     if not limits then
         limits = core.ws_limits()
         LIMITS, QUEUE = limits, limits.queue
     end
+    local h, opts = route.h, route.opts
     local s, g = res._s, res._g
     local version = hdr(req, s, g, "sec-websocket-version")
     if not version or not core.ws_version_ok(version) then
@@ -333,13 +430,14 @@ local function serve(h, opts, req, res)
         local resp, b = core.ws_pmd(ext)
         if resp then out["Sec-WebSocket-Extensions"], bits = resp, b end
     end
+    local proto = 0
     if opts.protocols then
         local offered = hdr(req, s, g, "sec-websocket-protocol")
         if offered then
             for p in gmatch(offered, "[^,%s]+") do
-                for _, mine in ipairs(opts.protocols) do
-                    if p == mine and not out["Sec-WebSocket-Protocol"] then
-                        out["Sec-WebSocket-Protocol"] = p
+                for i, mine in ipairs(opts.protocols) do
+                    if p == mine and proto == 0 then
+                        out["Sec-WebSocket-Protocol"], proto = p, i
                     end
                 end
             end
@@ -350,29 +448,34 @@ local function serve(h, opts, req, res)
     rawset(res, "_deferred", true) -- the handler answered (101 / 200): nothing more to send
     if not ok then return end
 
-    -- few fields (a table of at most 8 hash slots): an idle socket keeps this table
-    local ws = setmetatable({
-        _s = s, _g = g, _h = h, _codec = ws_codec(limits.message_bytes, limits.frame_bytes, bits),
-        protocol = out["Sec-WebSocket-Protocol"], req = req, id = false, _reader = false,
-    }, ws_mt)
-    ws.id = push.register(ws)
-    ws._reader = co_running() -- open() is one of its own handlers
+    local ws = ws_codec(limits.message_bytes, limits.frame_bytes, bits, s, g, route, proto)
+    local _, n = push.register(ws)
+    ws_pn(ws, n)
+    req_of[ws] = req
+    reader_of[ws] = co_running() -- open() is one of its own handlers
     if h.open then call(ws, h.open, req) end
-    ws._reader = false
+    reader_of[ws] = nil
+    -- req is for open(): kept only when something read from it (fields beyond its _s and _g)
+    if req_of[ws] == req then
+        local key = next(req)
+        while key == "_s" or key == "_g" do key = next(req, key) end
+        if key == nil then req_of[ws] = nil end
+    end
     -- between messages no coroutine waits for the socket: the engine holds the stream
     -- (defer_hold) and starts a reader for each arrival (KH_WAIT_TUNNEL, lua/kh_lua_sched.c);
-    -- the request head's arena is given back (stream_hold): req is for open(); what it read
-    -- of req stays in the req table, the rest reads as empty afterwards
-    if not ws._done and core.defer_hold(s, g) then
+    -- the request head's arena is given back (stream_hold): what open() read of req stays in
+    -- the req table, the rest reads as empty afterwards
+    -- On HTTP/1.1 the stream then moves into a compact one (compact, below).
+    if not done(ws) and core.defer_hold(s, g) then
         held[s] = ws
         core.stream_hold(s, g)
     else
-        ws._done = true
+        ws_flag(ws, DONE)
     end
     drain(ws) -- what came with or right after the handshake
 end
 
-M._ended = ended
+M._ended = function(ws) return ended(ws) end
 
 -- k.websocket(path, handlers[, opts])
 function M.route(add, path, h, opts)
@@ -396,8 +499,9 @@ function M.route(add, path, h, opts)
     if h.protocols ~= nil and type(h.protocols) ~= "table" then
         raise("k.websocket: protocols is a list of strings")
     end
-    local opts_ = { origin = o, protocols = h.protocols }
-    add("k.websocket", "@websocket", path, function(req, res) return serve(h, opts_, req, res) end)
+    -- the route's table: every socket of the route has it as its environment (core.ws_env)
+    local route = { h = h, opts = { origin = o, protocols = h.protocols } }
+    add("k.websocket", "@websocket", path, function(req, res) return serve(route, req, res) end)
 end
 
 return M

@@ -6,6 +6,8 @@ GC, "<lua> <c>"), opens N sockets (handshake only, 50 at a time) and leaves them
 /gc again, then sends one text frame on every 50th socket and reads its echo (the sockets are
 alive and their readers start on input). Prints JSON: {"n", "lua0", "c0", "lua1", "c1",
 "echoed", "probes"}. stdlib only.
+spec/ws/idle_mem.py PORT PATH WARM N sse: the same with SSE streams (GET PATH, read until the
+first event), no probes.
 spec/ws/idle_mem.py PORT PATH churn K ROUNDS [sse]: opens K WebSockets (or SSE streams, read
 until their first event) and closes them, ROUNDS times, and prints the JSON list of /gc readings
 after each round (a stream whose end does not give it back grows the C heap every round)."""
@@ -35,7 +37,7 @@ def gc(port):
         return int(lua), int(c)
 
 
-async def open_many(port, path, n):
+async def open_many(port, path, n, sse=False):
     sem = asyncio.Semaphore(50)
     conns = []
 
@@ -43,7 +45,7 @@ async def open_many(port, path, n):
         async with sem:
             for attempt in range(5):
                 try:
-                    conns.append(await handshake(port, path))
+                    conns.append(await (open_sse(port, path) if sse else handshake(port, path)))
                     return
                 except (ConnectionError, OSError):
                     if attempt == 4:
@@ -91,17 +93,18 @@ async def main():
                     len(sys.argv) > 6 and sys.argv[6] == "sse")
         return
     port, path, warm, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    sse = len(sys.argv) > 5 and sys.argv[5] == "sse"
     loop = asyncio.get_running_loop()
-    warmed = await open_many(port, path, warm)
+    warmed = await open_many(port, path, warm, sse)
     for r, w in warmed:
         w.close()
     await asyncio.sleep(1.5)
     lua0, c0 = await loop.run_in_executor(None, gc, port)
-    conns = await open_many(port, path, n)
+    conns = await open_many(port, path, n, sse)
     await asyncio.sleep(1.0)
     lua1, c1 = await loop.run_in_executor(None, gc, port)
     echoed, probes = 0, 0
-    for i in range(0, n, 50):
+    for i in range(0, 0 if sse else n, 50):
         r, w = conns[i]
         msg = b"probe %d" % i
         w.write(frame(msg))

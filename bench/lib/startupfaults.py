@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""bench/startup.sh's PARTS=faults: where the page faults from exec to the first request go.
+
+  startupfaults.py --bin KHAMSIN --port P --app bench/apps/first_answer.lua [--runs 5] -- ARGS...
+
+Load-independent (a count, not a time): on the VMs measured a page fault costs 10-35 us, more
+than anything else the start-up does, so this is the breakdown of what the wall clock spends
+above the floor. Each run records every page fault (perf record -e page-faults -c 1 -d, the
+faults taken by trapping, so MADV_POPULATE_WRITE's are not among them) and a few syscalls that
+mark the phases (the first rt_sigaction is main's signal(SIGPIPE), listen, the supervisor's
+clone3, worker 0's first epoll_wait, accept4, and exit_group: first_answer.lua exits in its
+handler), then prints the median count per phase and per mapping the faulting address is in.
+The floor is /bin/true's count (perf stat), exec to exit. Needs perf and tracefs (root).
+"""
+import argparse
+import collections
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MARKS = ["rt_sigaction", "listen", "clone3", "epoll_wait", "accept4", "exit_group"]
+PHASES = [  # (name, the mark that ends it)
+    ("exec -> main: ld.so, libc, libm", "rt_sigaction"),
+    ("main -> listening: options, sockets", "listen"),
+    ("-> supervisor thread created", "clone3"),
+    ("-> worker 0 loop: Lua state, app", "epoll_wait"),
+    ("-> accept", "accept4"),
+    ("-> request in Lua: read, parse", "exit_group"),
+]
+
+
+def poke(port, deadline):
+    while time.monotonic() < deadline:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=1)
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.settimeout(2)
+            try:
+                s.recv(1)
+            except OSError:
+                pass
+            s.close()
+            return
+        except OSError:
+            time.sleep(0.002)
+
+
+def one_run(a, data):
+    cmd = ["perf", "record", "-q", "-o", data, "-e", "page-faults", "-c", "1", "-d"]
+    for m in MARKS:
+        cmd += ["-e", "syscalls:sys_enter_" + m]
+    cmd += [a.bin] + a.args + [a.app]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    poke(a.port, time.monotonic() + 20)
+    p.wait(20)
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,event,addr,dso"],
+                         capture_output=True, text=True).stdout
+    phase, seen = 0, set()
+    by_phase, by_map, thread = collections.Counter(), collections.Counter(), 0
+    for line in out.splitlines():
+        m = re.match(r"\s*(\d+)/(\d+)\s+(\S+):\s*(.*)$", line)
+        if not m:
+            continue
+        pid, tid, ev, rest = m.groups()
+        if ev.startswith("syscalls:sys_enter_"):
+            name = ev[len("syscalls:sys_enter_"):]
+            # a phase ends at its mark's first occurrence, once the marks before it were seen
+            if phase < len(PHASES) and name == PHASES[phase][1] and name not in seen:
+                seen.add(name)
+                phase += 1
+            continue
+        if ev != "page-faults" or phase >= len(PHASES):
+            continue
+        dso = re.search(r"\((.*)\)\s*$", rest)
+        dso = dso.group(1).split("/")[-1] if dso else "?"
+        if dso in ("anon", "[unknown]"):
+            dso = "anonymous (heap, Lua arena, TLS, bss)"
+        by_phase[PHASES[phase][0]] += 1
+        by_map[dso] += 1
+        if tid != pid:
+            thread += 1
+    return by_phase, by_map, thread, phase == len(PHASES)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--app", required=True)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("args", nargs="*")
+    a = ap.parse_args()
+    floor = []
+    for _ in range(a.runs):
+        r = subprocess.run(["perf", "stat", "-x,", "-e", "page-faults", "/bin/true"],
+                           capture_output=True, text=True)
+        floor.append(int(r.stderr.strip().splitlines()[-1].split(",")[0]))
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="khfaults.") as tmp:
+        for i in range(a.runs):
+            bp, bm, th, complete = one_run(a, os.path.join(tmp, "perf.data"))
+            if not complete:
+                sys.exit("startupfaults: a run did not reach every mark (perf or tracefs missing?)")
+            runs.append((bp, bm, th))
+    med = lambda k, idx: statistics.median(r[idx][k] for r in runs)
+    total = statistics.median(sum(r[0].values()) for r in runs)
+    print(f"  page faults, exec -> first request in Lua: {total:.0f} (floor /bin/true, exec -> exit: "
+          f"{statistics.median(floor):.0f}); median of {a.runs} runs; of them on the supervisor thread: "
+          f"{statistics.median(r[2] for r in runs):.0f}")
+    print("  by phase (the syscall that ends it):")
+    for name, mark in PHASES:
+        print(f"    {name:<40} {med(name, 0):5.0f}   (to the first {mark})")
+    print("  by what the faulting address is in:")
+    maps = collections.Counter()
+    for r in runs:
+        maps.update(r[1])
+    for k, _ in maps.most_common():
+        print(f"    {k:<40} {med(k, 1):5.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -32,7 +32,7 @@ test: asan
 fuzz:
 	@.ci/deps.sh test
 	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DKH_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j$(JOBS)
+	@cmake --build $(FUZZ_BUILD) -j$(JOBS) --target kh_fuzz_targets
 
 bench:
 	@.ci/deps.sh bench

@@ -21,8 +21,10 @@ if [ "$what" = test ] || [ "$what" = bench ]; then
 fi
 if [ "$what" = bench ]; then
   pkgs+=(wrk nginx libnginx-mod-http-lua util-linux procps slowhttptest)
-  # bench/startup.sh, bench/callgrind.sh: instruction counts
-  pkgs+=(valgrind)
+  # bench/startup.sh, bench/callgrind.sh: instruction counts; startup.sh PARTS=faults: perf
+  pkgs+=(valgrind linux-perf)
+  # bench/websocket.sh: lua-resty-websocket; bench/h2.sh: lighttpd (its own h2) answering via mod_magnet
+  pkgs+=(lua-nginx-websocket lighttpd lighttpd-modules-lua)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -69,7 +69,7 @@ run_set() { # name command...
 
 for s in $SETS; do
   case $s in
-    http1) run_set http1 env PARTS="load idle" IDLE_CONNS=$IDLE QUIET_WAIT=2 QUIET_BUDGET=20 NOISY_RETRIES=0 bench/http1.sh ;;
+    http1) run_set http1 env PARTS="load close idle" IDLE_CONNS=$IDLE QUIET_WAIT=2 QUIET_BUDGET=20 NOISY_RETRIES=0 bench/http1.sh ;;
     tls) run_set tls env HS_SECONDS=$HS IDLE_CONNS=$IDLE QUIET_WAIT=2 QUIET_BUDGET=20 bench/tls.sh ;;
     h2) run_set h2 env IDLE_CONNS=$IDLE bench/h2.sh ;;
     json) run_set json env N=$JN bench/json.sh ;;

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# bench/http1.sh - HTTP/1.1 keep-alive benchmark: khamsin vs nginx+lua vs nginx static,
-# all in ONE run (never compare figures from different runs). See bench/README.md.
+# bench/http1.sh - HTTP/1.1 benchmark: khamsin vs nginx+lua vs nginx static, keep-alive and a
+# new connection per request (`Connection: close`), all in ONE run (never compare figures from
+# different runs). See bench/README.md.
 #
-#   bench/http1.sh                                  # full run, ~8 min
+#   bench/http1.sh                                  # full run, ~11 min
 #   SERVERS="nginx-lua nginx-static" bench/http1.sh # anchors only
+#   PARTS=close bench/http1.sh                      # only the Connection: close case, ~3.5 min
 #   DURATION=3 ROUNDS=1 IDLE_CONNS=2000 STARTUP_RUNS=3 bench/http1.sh   # quick smoke run
 #
 # Env knobs (defaults): SERVERS="khamsin nginx-lua nginx-static" CONNS="64 256" ROUNDS=5 (kept rounds;
 #   bench/lib/common.sh: disturbed rounds are discarded and redone, BENCH_MAX_LOAD/BENCH_MAX_STEAL)
 #   DURATION=10 (s per measured window) WARMUP=2 (s of wrk before each window, per server start)
 #   IDLE_CONNS=10000 IDLE_SERVERS=(SERVERS minus nginx-static) STARTUP_RUNS=10
-#   STARTUP_SERVERS=(same as IDLE_SERVERS) PARTS="load idle startup" BASE_PORT=23080
+#   STARTUP_SERVERS=(same as IDLE_SERVERS) PARTS="load close idle startup" BASE_PORT=23080
+#   CLOSE_CONNS=256 (connections of the `Connection: close` part) CLOSE_SERVERS=(SERVERS)
 #   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 NICE=-20 (if root, else 0) KEEP_TMP=0
 #   QUIET_WAIT=10 (max s to wait, before each window, until other tasks use <=5% of each core;
 #   at most QUIET_BUDGET=45 s over the run) NOISY_RETRIES=1 (a window where server or wrk waited >5%
@@ -35,7 +38,10 @@ _default_sub=$(for s in $SERVERS; do [[ $s == nginx-static ]] || printf '%s\n' "
 IDLE_SERVERS=${IDLE_SERVERS:-$_default_sub}
 STARTUP_SERVERS=${STARTUP_SERVERS:-$_default_sub}
 STARTUP_RUNS=${STARTUP_RUNS:-10}
-PARTS=${PARTS:-"load idle startup"}
+PARTS=${PARTS:-"load close idle startup"}
+CLOSE_CONNS=${CLOSE_CONNS:-256}
+CLOSE_SERVERS=${CLOSE_SERVERS:-$SERVERS}
+ALL_SERVERS="$SERVERS $CLOSE_SERVERS $IDLE_SERVERS $STARTUP_SERVERS"
 BASE_PORT=${BASE_PORT:-23080}
 KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
 KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
@@ -138,6 +144,56 @@ stop_server() { # pid
   LIVE=("${keep[@]}")
 }
 
+# check_servers NAME...: start each, check its answer with our own client, stop it.
+check_servers() {
+  local s port
+  for s in "$@"; do
+    port=$(port_of "$s")
+    start_server "$s" "$port"
+    log "  $s: $(tr '\n' ' ' < <(server_cmd "$s" "$port"))"
+    $PY $LIB check "$port"
+    stop_server "$SPID"
+  done
+}
+
+# run_windows ROUNDDIR PART CONNS SERVERS [window args...]: the rounds of one part, each server
+# in each round at each connection count (a fresh server per window); rows go to $TMP/PART.jsonl,
+# discarded noisy windows to $TMP/PART.rejected.jsonl, disturbed rounds to ROUNDDIR/discarded.jsonl.
+REDONE=0
+run_windows() {
+  local rdir=$1 part=$2 conns=$3 servers=$4 r c s port
+  shift 4
+  mkdir -p "$rdir"
+  [[ -f $TMP/waited ]] || : >"$TMP/waited"
+  bench_rounds_init "$rdir"
+  while bench_round_next; do
+    r=$BENCH_ROUND
+    for c in $conns; do
+      for s in $servers; do
+        port=$(port_of "$s")
+        local attempt=0 wrc qw retry
+        while :; do
+          attempt=$((attempt + 1))
+          qw=$(awk -v b="$QUIET_BUDGET" -v w="$QUIET_WAIT" '{t += $1} END {r = b - t; if (r < 0) r = 0; print (r < w ? r : w)}' "$TMP/waited" 2>/dev/null || echo "$QUIET_WAIT")
+          retry=$((attempt <= NOISY_RETRIES && REDONE < NOISY_RETRY_BUDGET ? 1 : 0))
+          start_server "$s" "$port"
+          wrc=0
+          $PY $LIB window --name "$s" --port "$port" --root "$SPID" --conns "$c" --round "$r" \
+            --duration "$DURATION" --warmup "$WARMUP" --wrk-core "$WRK_CORE" \
+            --server-core "$SERVER_CORE" --quiet-wait "$qw" --waited-log "$TMP/waited" \
+            --tsv "$TMP/$part.jsonl" --retry-noisy "$retry" --rejected "$TMP/$part.rejected.jsonl" \
+            --rawlog "$TMP/wrk-raw.txt" "$@" || wrc=$?
+          stop_server "$SPID"
+          if ((wrc == 3)); then REDONE=$((REDONE + 1)); continue; fi
+          ((wrc == 0)) || exit "$wrc"
+          break
+        done
+      done
+    done
+    bench_round_end || true
+  done
+}
+
 # ------------------------------------------------------------------- main ---
 main() {
   echo $$ >"$TMP/inner.pid"
@@ -145,11 +201,11 @@ main() {
   trap 'exit 130' INT TERM HUP
 
   local s c r port
-  for s in $SERVERS $IDLE_SERVERS $STARTUP_SERVERS; do port_of "$s" >/dev/null; done
+  for s in $ALL_SERVERS; do port_of "$s" >/dev/null; done
   for tool in wrk nginx taskset curl lscpu; do command -v $tool >/dev/null || fail "missing tool: $tool (apt-get install -y ...)"; done
   [[ -x $PY ]] || fail "missing $PY"
   (($(nproc) >= 2)) || fail "need >= 2 cores (server on core $SERVER_CORE, wrk on core $WRK_CORE)"
-  if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" nginx-lua; then
+  if has "$ALL_SERVERS" nginx-lua; then
     [[ -f $NGX_MODDIR/ngx_http_lua_module.so && -f $NGX_MODDIR/ndk_http_module.so ]] ||
       fail "nginx lua modules not in $NGX_MODDIR (apt-get install -y libnginx-mod-http-lua, or set NGX_MODDIR)"
   fi
@@ -167,7 +223,7 @@ main() {
 
   # khamsin binary
   # the default binary is always brought up to date (a no-op when it is): no figure from a stale build
-  if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" khamsin && [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
+  if has "$ALL_SERVERS" khamsin && [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
     [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" ]] || fail "KHAMSIN_BIN=$KHAMSIN_BIN not found"
     log "building khamsin (Release) into build-release/ ..."
     cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >"$TMP/build.log" 2>&1 &&
@@ -195,7 +251,7 @@ main() {
 
   # ports
   local ports=()
-  for s in $(printf '%s\n' $SERVERS $IDLE_SERVERS $STARTUP_SERVERS | sort -u); do ports+=("$(port_of "$s")"); done
+  for s in $(printf '%s\n' $ALL_SERVERS | sort -u); do ports+=("$(port_of "$s")"); done
   $PY $LIB portfree "${ports[@]}" || fail "refusing to run: a port is busy (set BASE_PORT)"
 
   for s in nginx-lua nginx-static; do gen_nginx_conf "$s" "$TMP/$s" "$(port_of $s)"; done
@@ -207,18 +263,18 @@ main() {
   est=$((nwin * (DURATION + WARMUP + 1)))
   log "# khamsin bench: HTTP/1.1 keep-alive GET /, 13-byte body"
   log "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  log "command:  SERVERS=\"$SERVERS\" CONNS=\"$CONNS\" ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS IDLE_SERVERS=\"$IDLE_SERVERS\" STARTUP_RUNS=$STARTUP_RUNS STARTUP_SERVERS=\"$STARTUP_SERVERS\" PARTS=\"$PARTS\" BASE_PORT=$BASE_PORT $CMDLINE"
+  log "command:  SERVERS=\"$SERVERS\" CONNS=\"$CONNS\" ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS IDLE_SERVERS=\"$IDLE_SERVERS\" STARTUP_RUNS=$STARTUP_RUNS STARTUP_SERVERS=\"$STARTUP_SERVERS\" CLOSE_CONNS=$CLOSE_CONNS CLOSE_SERVERS=\"$CLOSE_SERVERS\" PARTS=\"$PARTS\" BASE_PORT=$BASE_PORT $CMDLINE"
   local dirty
   dirty=$(git status --porcelain -- core lua CMakeLists.txt cmake 2>/dev/null | wc -l)
   log "git:      $(git rev-parse --short HEAD) ($dirty uncommitted change(s) under core/ lua/ cmake/ CMakeLists.txt)"
-  if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" khamsin; then
+  if has "$ALL_SERVERS" khamsin; then
     log "khamsin:  $KHAMSIN_BIN (mtime $(date -u -r "$KHAMSIN_BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$KHAMSIN_RUN" | cut -c1-16)), run from a copy in the temp dir; $("$KHAMSIN_RUN" --version 2>&1 | head -1)"
   fi
   bench_method_line
   log "kernel:   $(uname -srm), $(zcat /proc/config.gz 2>/dev/null | grep -E '^CONFIG_(HZ|TICK_CPU_ACCOUNTING|IRQ_TIME_ACCOUNTING|VIRT_CPU_ACCOUNTING_GEN)=' | paste -sd' ' || echo 'config n/a'), autogroup $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo n/a)"
   log "wrk:      $(wrk -v 2>&1 | head -1 | sed 's/ Copyright.*//')"
   log "nginx:    $(nginx -v 2>&1 | sed 's/^nginx version: //'), lua module $(pkgver libnginx-mod-http-lua), $(libpkg "$NGX_MODDIR/ngx_http_lua_module.so" luajit)"
-  if has "$SERVERS $IDLE_SERVERS $STARTUP_SERVERS" khamsin; then
+  if has "$ALL_SERVERS" khamsin; then
     # KH_STATIC_DEPS (the default) links LuaJIT and libuv into the binary: name the -dev package
     local kl
     kl=$(libpkg "$KHAMSIN_BIN" luajit); [[ $kl == *"not linked"* ]] && kl="luajit: static, $(pkgver libluajit2-5.1-dev)"
@@ -247,50 +303,16 @@ main() {
     log ""
   fi
 
-  # ---- 1. load
+  # ---- 1. load (keep-alive)
   if has "$PARTS" load; then
     log "## Load: wrk -t1 keep-alive GET /, ${DURATION}s windows after ${WARMUP}s warm-up, fresh server start per window, order per round: $(echo $SERVERS)"
     log "   server CPU = delta of utime+stime (/proc/<pid>/stat) over the server's process tree during the measured window; req/CPU-s = wrk's request count / that"
     log "   (about $est s)"
-    REDONE=0
-    : >"$TMP/waited"
-    for s in $SERVERS; do
-      port=$(port_of "$s")
-      start_server "$s" "$port"
-      log "  $s: $(tr '\n' ' ' < <(server_cmd "$s" "$port"))"
-      $PY $LIB check "$port"
-      stop_server "$SPID"
-    done
-    bench_rounds_init "$TMP"
-    while bench_round_next; do
-      r=$BENCH_ROUND
-      for c in $CONNS; do
-        for s in $SERVERS; do
-          port=$(port_of "$s")
-          local attempt=0 wrc qw retry
-          while :; do
-            attempt=$((attempt + 1))
-            qw=$(awk -v b="$QUIET_BUDGET" -v w="$QUIET_WAIT" '{t += $1} END {r = b - t; if (r < 0) r = 0; print (r < w ? r : w)}' "$TMP/waited" 2>/dev/null || echo "$QUIET_WAIT")
-            retry=$((attempt <= NOISY_RETRIES && REDONE < NOISY_RETRY_BUDGET ? 1 : 0))
-            start_server "$s" "$port"
-            wrc=0
-            $PY $LIB window --name "$s" --port "$port" --root "$SPID" --conns "$c" --round "$r" \
-              --duration "$DURATION" --warmup "$WARMUP" --wrk-core "$WRK_CORE" \
-              --server-core "$SERVER_CORE" --quiet-wait "$qw" --waited-log "$TMP/waited" \
-              --tsv "$TMP/load.jsonl" --retry-noisy "$retry" --rejected "$TMP/rejected.jsonl" \
-              --rawlog "$TMP/wrk-raw.txt" || wrc=$?
-            stop_server "$SPID"
-            if ((wrc == 3)); then REDONE=$((REDONE + 1)); continue; fi
-            ((wrc == 0)) || exit "$wrc"
-            break
-          done
-        done
-      done
-      bench_round_end || true
-    done
+    check_servers $SERVERS
+    run_windows "$TMP" load "$CONNS" "$SERVERS"
     log ""
-    if [[ -s $TMP/rejected.jsonl ]]; then
-      log "($(wc -l <"$TMP/rejected.jsonl") noisy window(s) were discarded and redone; their data is in the appendix)"
+    if [[ -s $TMP/load.rejected.jsonl ]]; then
+      log "($(wc -l <"$TMP/load.rejected.jsonl") noisy window(s) were discarded and redone; their data is in the appendix)"
     fi
     $PY $LIB report "$TMP/load.jsonl"
     log ""
@@ -303,7 +325,28 @@ main() {
     log ""
   fi
 
-  # ---- 2. memory per idle keep-alive connection
+  # ---- 2. a new connection per request
+  if has "$PARTS" close && [[ -n ${CLOSE_SERVERS// /} ]]; then
+    log "## New connection per request: wrk -t1 -c$CLOSE_CONNS -H 'Connection: close' GET / (wrk reads each response, closes, connects again), ${DURATION}s windows after ${WARMUP}s warm-up, fresh server start per window, order per round: $(echo $CLOSE_SERVERS)"
+    log "   each request pays for accept, the close and the TCP handshakes; server CPU and req/CPU-s as in the load part (1 request = 1 connection)"
+    has "$PARTS" load || check_servers $CLOSE_SERVERS
+    run_windows "$TMP/close" close "$CLOSE_CONNS" "$CLOSE_SERVERS" --header "Connection: close"
+    log ""
+    if [[ -s $TMP/close.rejected.jsonl ]]; then
+      log "($(wc -l <"$TMP/close.rejected.jsonl") noisy window(s) were discarded and redone; their data is in the appendix)"
+    fi
+    $PY $LIB report "$TMP/close.jsonl"
+    log ""
+    bench_summary "$TMP/close.jsonl" --metric req_per_cpu --metric rps --metric p99_ms --lower p99_ms \
+      --group conns --label "http1 hello Connection: close"
+    if has "$CLOSE_SERVERS" nginx-static; then
+      bench_summary "$TMP/close.jsonl" --metric req_per_cpu --group conns --anchor nginx-static \
+        --label "http1 hello Connection: close vs nginx static"
+    fi
+    log ""
+  fi
+
+  # ---- 3. memory per idle keep-alive connection
   if has "$PARTS" idle && [[ -n ${IDLE_SERVERS// /} ]]; then
     log "## Memory per idle keep-alive connection: $IDLE_CONNS connections, one GET each (full response read), then idle"
     log "   PSS = sum of Pss in /proc/<pid>/smaps_rollup over the server's processes, before (after a 1 s wrk -c64 warm-up) and 1 s after the last response"
@@ -349,8 +392,9 @@ run_all() {
     echo
     echo "## Appendix: raw wrk output of every measured window"
     if [[ -f $TMP/wrk-raw.txt ]]; then cat "$TMP/wrk-raw.txt"; fi
-    for f in "$TMP"/load.jsonl "$TMP"/discarded.jsonl "$TMP"/rejected.jsonl "$TMP"/idle.jsonl "$TMP"/startup.jsonl; do
-      if [[ -f $f ]]; then echo "## Appendix: $(basename "$f")"; cat "$f"; fi
+    for f in "$TMP"/load.jsonl "$TMP"/discarded.jsonl "$TMP"/load.rejected.jsonl "$TMP"/close.jsonl \
+      "$TMP"/close/discarded.jsonl "$TMP"/close.rejected.jsonl "$TMP"/idle.jsonl "$TMP"/startup.jsonl; do
+      if [[ -f $f ]]; then echo "## Appendix: ${f#"$TMP"/}"; cat "$f"; fi
     done
   } >>"$PARTIAL"
   if ((rc == 0)); then

@@ -53,6 +53,10 @@ enum {
     KH_CONN_F_LINGERING = 1u << 6,   /* shut down for writing, draining input before close */
     KH_CONN_F_EOF = 1u << 7,         /* the peer sent FIN */
     KH_CONN_F_HAS_INPUT = 1u << 8,   /* at least one byte arrived since the last request */
+    KH_CONN_F_DRAINED = 1u << 9,     /* the last read was short: the socket had no more then */
+    KH_CONN_F_INPUT_DONE = 1u << 10, /* kh_conn_end_after_write: the protocol read all it wants */
+    KH_CONN_F_WROTE = 1u << 11,      /* a write was made (the next one sets TCP_NODELAY first) */
+    KH_CONN_F_NODELAY = 1u << 12,    /* TCP_NODELAY is set */
 };
 
 struct kh_conn {
@@ -116,6 +120,13 @@ void kh_conn_set_timeout(kh_conn *c, int kind);
 
 /* Sends what is queued, then closes: FIN, drain input for lingering_close_ms, close. */
 void kh_conn_close_after_write(kh_conn *c);
+/* The same, for a protocol that has read the whole of its input (an HTTP/1.1 request that said
+ * `Connection: close`, read to its end): once the last byte is written, a connection with no
+ * input left unread (nothing kept in `in`, and the last read emptied the socket or met the
+ * peer's FIN) is closed at once, as nginx closes without lingering when nothing is left to
+ * read (ngx_http_finalize_connection). close(2) still sends the queued bytes, then FIN. Else,
+ * and over TLS (close_notify), it lingers as kh_conn_close_after_write does. */
+void kh_conn_end_after_write(kh_conn *c);
 /* Closes now; idempotent. */
 void kh_conn_close(kh_conn *c);
 

@@ -124,8 +124,10 @@ static int out_full(kh_conn *c)
     return kh_conn_out_pending(c) >= c->w->limits->h1_out_high_water;
 }
 
-/* The request is fully read and its response complete: get ready for the next one. */
-static void finish_request(kh_conn *c)
+/* The request's input is over and its response complete: get ready for the next one, or close.
+ * input_done: the request was read to its end (0: its framing was lost while its body was being
+ * discarded; then the close lingers, as more of that body may come). */
+static void finish_request(kh_conn *c, int input_done)
 {
     h1_conn *h = H(c);
     kh_stream *s = h->s;
@@ -135,7 +137,10 @@ static void finish_request(kh_conn *c)
     if (!keep) {
         h->phase = PH_CLOSED;
         kh_conn_set_timeout(c, KH_TO_NONE);
-        kh_conn_close_after_write(c);
+        if (input_done)
+            kh_conn_end_after_write(c);
+        else
+            kh_conn_close_after_write(c);
         return;
     }
     h->phase = PH_HEAD;
@@ -158,7 +163,10 @@ static void response_done(kh_conn *c, kh_stream *s)
     if (h->s != s)
         return;
     if (!HS(s)->keepalive) {
-        /* nothing after this response will be read: the rest of the body does not matter */
+        /* nothing after this response will be read: the rest of the body does not matter. A
+         * request read to its end (PH_WAIT) leaves nothing to drain: the connection may close
+         * without lingering (kh_conn_end_after_write) */
+        int input_done = h->phase == PH_WAIT && !(s->flags & KH_STREAM_F_TUNNEL);
         h->phase = PH_CLOSED;
         h->s = NULL;
         /* (ws branch) a tunnel ended by the app may still have a coroutine waiting for its
@@ -169,11 +177,14 @@ static void response_done(kh_conn *c, kh_stream *s)
         else
             kh_stream_release(s);
         kh_conn_set_timeout(c, KH_TO_NONE);
-        kh_conn_close_after_write(c);
+        if (input_done)
+            kh_conn_end_after_write(c);
+        else
+            kh_conn_close_after_write(c);
         return;
     }
     if (h->phase == PH_WAIT) {
-        finish_request(c);
+        finish_request(c, 1);
     } else if (h->phase == PH_BODY) {
         h->phase = PH_DISCARD; /* keep-alive: read and drop the unread body, then go on */
         kh_conn_resume(c);
@@ -196,7 +207,7 @@ static ssize_t read_body(kh_conn *c, kh_stream *s, char *p, size_t n, int delive
             hs->keepalive = 0; /* the framing is lost: close after the reply */
             if (!deliver) {
                 /* discarding after a complete response: nothing more to say, just close */
-                finish_request(c);
+                finish_request(c, 0);
                 return -1;
             }
             if (r == KH_H1_EBODYLEN && s->body_state == KH_BODY_READING)
@@ -486,7 +497,7 @@ static size_t h1_on_read(kh_conn *c, char *p, size_t n)
             }
             if (complete && h->s == s) {
                 if (h->phase == PH_DISCARD)
-                    finish_request(c);
+                    finish_request(c, 1);
                 else if (h->phase == PH_BODY)
                     h->phase = PH_WAIT;
             }

@@ -12,6 +12,16 @@
  * Never: touches the socket, the loop (except uv_now) or Lua. (It does madvise one page of
  *        its own when a connection goes idle: see "nghttp2's memory".)
  *
+ * What one request costs (issue 15 item 6; bench/h2.sh PARTS=ir, h2load -c 64 -m 10, callgrind):
+ * one read carries ~10 requests and one flush pass answers them with one write, so the cost is
+ * per request in nghttp2 and in our callbacks, not in syscalls. Cut here: x-request-id is sent
+ * not indexed (h2_head: it had filled the HPACK table, ~5,000 instructions a response), the
+ * fields' stream is remembered across a header block (hd_stream: no map lookup per field), a
+ * field is stored with one reserve, the head's field array is on the stack, the builder's static
+ * names go to nghttp2 uncopied, and nghttp2's small blocks come from per-thread free lists
+ * (h2_cache_get). What is left is mostly nghttp2's HPACK
+ * and frame work, kh_stream's head copy and the Lua handler (the split: bench/README.md, h2.sh).
+ *
  * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
  * queued and dispatched after mem_recv returns, so the DATA frames that came in the same read
  * are already buffered (most handlers find their body complete) and a HEADERS + RST_STREAM pair
@@ -47,6 +57,7 @@
  *    itself is a PROTOCOL_ERROR, and every PRIORITY frame counts toward h2_flood_frames. */
 #include "kh_h2.h"
 
+#include <malloc.h>
 #include <nghttp2/nghttp2.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -57,6 +68,17 @@
 #include "kh_err.h"
 #include "kh_h1_parse.h"
 #include "kh_log.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KH_ASAN 1
+#endif
+#endif
+#ifdef KH_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 enum {
     H2_SHUTDOWN = 1u << 0,  /* GOAWAY sent for a graceful stop */
@@ -81,6 +103,8 @@ typedef struct h2_conn {
     kh_stream *streams;   /* every open stream (doubly linked through h2_stream) */
     kh_stream *pend_head; /* heads complete, not dispatched yet (FIFO; each holds a ref) */
     kh_stream *pend_tail;
+    kh_stream *hd_stream; /* the stream of the header block being read (hd_id; 0: none) */
+    int32_t hd_id;
     uint32_t nstreams;
     uint32_t flags;
     int depth;               /* nesting of our calls into nghttp2 */
@@ -405,6 +429,8 @@ static kh_stream *new_stream(h2_conn *h, int32_t id)
 static void stream_gone(h2_conn *h, kh_stream *s, int err)
 {
     h2_stream *hs = HS(s);
+    if (h->hd_stream == s)
+        h->hd_id = 0, h->hd_stream = NULL;
     unlink_stream(h, s);
     kh_buf_release(&hs->buf, &h->c->w->bufs);
     hs->off = 0;
@@ -454,9 +480,12 @@ static void store_field(kh_conn *c, h2_stream *hs, const uint8_t *name, size_t n
                         const uint8_t *value, size_t vlen)
 {
     uint32_t lens[2] = {(uint32_t)nlen, (uint32_t)vlen};
-    kh_buf_append(&hs->buf, &c->w->bufs, lens, sizeof lens);
-    kh_buf_append(&hs->buf, &c->w->bufs, name, nlen);
-    kh_buf_append(&hs->buf, &c->w->bufs, value, vlen);
+    char *o = kh_buf_reserve(&hs->buf, &c->w->bufs, sizeof lens + nlen + vlen);
+    memcpy(o, lens, sizeof lens);
+    memcpy(o + sizeof lens, name, nlen);
+    if (vlen)
+        memcpy(o + sizeof lens + nlen, value, vlen);
+    hs->buf.len += sizeof lens + nlen + vlen;
 }
 
 static int is_pseudo(kh_str n, const char *lit)
@@ -490,7 +519,9 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
     kh_str method = {0}, path = {0}, authority = {0}, host = {0}, protocol = {0};
     int64_t clen = -1;
     size_t nf = hs->nfields;
-    kh_header *fields = kh_xmalloc((nf + 2) * sizeof *fields);
+    kh_header fields_local[16];
+    kh_header *fields = nf + 2 <= KH_ARRAY_LEN(fields_local) ? fields_local
+                                                              : kh_xmalloc((nf + 2) * sizeof *fields);
     size_t n = 0;
     /* RFC 9113 §8.2.3: cookie may be split into several fields; rejoin them with "; " so the
      * app sees one Cookie as over HTTP/1.1. */
@@ -545,7 +576,8 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
         if ((authority.len && !kh_h1_host_ok(authority)) || (host.len && !kh_h1_host_ok(host)) ||
             (host.len && authority.len && !same_authority(host, authority))) {
             KH_LOG_DEBUG("c%u h2: stream %d: malformed :authority/host", c->id, hs->id);
-            free(fields);
+            if (fields != fields_local)
+                free(fields);
             kh_buf_release(&cookie, NULL);
             kh_buf_release(&hs->buf, &c->w->bufs);
             nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, hs->id, NGHTTP2_PROTOCOL_ERROR);
@@ -560,7 +592,8 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
         query.len = path.len - qpath.len - 1;
     }
     kh_stream_set_head(s, method, target, qpath, query, authority, 2, 0, fields, n);
-    free(fields);
+    if (fields != fields_local)
+        free(fields);
     kh_buf_release(&cookie, NULL);
     kh_buf_release(&hs->buf, &c->w->bufs);
     if (protocol.len && kh_str_eq(method, "CONNECT", 7) && !end_stream) {
@@ -584,7 +617,19 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
         return 0;
     kh_stream *s = new_stream(h, f->hd.stream_id);
     nghttp2_session_set_stream_user_data(ng, f->hd.stream_id, s);
+    h->hd_stream = s; /* on_header's fields go there: no map lookup per field */
+    h->hd_id = f->hd.stream_id;
     return 0;
+}
+
+/* The stream a HEADERS frame belongs to: the one whose block is being read (no lookup in
+ * nghttp2's stream map per field), else nghttp2's. */
+static kh_stream *hd_stream(h2_conn *h, nghttp2_session *ng, int32_t id)
+{
+    if (id == h->hd_id)
+        return h->hd_stream;
+    h->hd_id = id;
+    return h->hd_stream = nghttp2_session_get_stream_user_data(ng, id);
 }
 
 static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
@@ -595,7 +640,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
     (void)flags;
     if (f->hd.type != NGHTTP2_HEADERS)
         return 0;
-    kh_stream *s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+    kh_stream *s = hd_stream(h, ng, f->hd.stream_id);
     if (s == NULL)
         return 0;
     h2_stream *hs = HS(s);
@@ -646,7 +691,7 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
     kh_stream *s;
     switch (f->hd.type) {
     case NGHTTP2_HEADERS:
-        s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
+        s = hd_stream(h, ng, f->hd.stream_id);
         if (s == NULL)
             break;
         if (!(HS(s)->flags & HS_HEAD_DONE)) {
@@ -818,6 +863,79 @@ static _Thread_local struct {
 } h2_fb;
 static int h2_page4k; /* the page size is H2_ZPAGE (set once, with the callbacks) */
 
+/* nghttp2's small blocks per request: two outbound items (152 bytes in 1.52), the stream (224),
+ * the copy of the response's header list (~390); malloc'd and freed in bursts of a read's worth
+ * of streams, more of one size than glibc's per-thread cache keeps (7), so most went through
+ * _int_malloc/_int_free: ~1,100 instructions a request. A free list per size class per worker
+ * thread takes them instead: a block freed goes to the largest class its usable size holds
+ * (malloc_usable_size: no header, and any block nghttp2 frees is a valid block of that size),
+ * up to H2_CACHE_BYTES a thread; emptied when the thread's last session goes (h2_cache_drain).
+ * Under ASan a cached block is poisoned past its link, so a use after free is still caught. */
+enum { H2_NCLASS = 6, H2_CACHE_BYTES = 1024 * 1024 };
+static const uint16_t h2_class[H2_NCLASS] = {64, 96, 160, 240, 400, 512};
+static _Thread_local struct {
+    void *head[H2_NCLASS];
+    size_t bytes;
+} h2_cache;
+
+static void *h2_cache_get(size_t n)
+{
+    int k = 0;
+    while (h2_class[k] < n)
+        k++;
+    void *p = h2_cache.head[k];
+    if (p == NULL)
+        return malloc(h2_class[k]);
+#ifdef KH_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(p, h2_class[k]);
+#endif
+    memcpy(&h2_cache.head[k], p, sizeof p);
+    h2_cache.bytes -= h2_class[k];
+    return p;
+}
+
+/* Returns 1 when p was kept. */
+static int h2_cache_put(void *p)
+{
+    size_t u = malloc_usable_size(p);
+    if (u < h2_class[0] || u > 2 * h2_class[H2_NCLASS - 1])
+        return 0;
+    int k = H2_NCLASS - 1;
+    while (h2_class[k] > u)
+        k--;
+    if (h2_cache.bytes + h2_class[k] > H2_CACHE_BYTES)
+        return 0;
+    memcpy(p, &h2_cache.head[k], sizeof p);
+    h2_cache.head[k] = p;
+    h2_cache.bytes += h2_class[k];
+#ifdef KH_ASAN
+    ASAN_POISON_MEMORY_REGION((char *)p + sizeof p, h2_class[k] - sizeof p);
+#endif
+    return 1;
+}
+
+static void h2_cache_drain(void)
+{
+    for (int k = 0; k < H2_NCLASS; k++)
+        while (h2_cache.head[k]) {
+            void *p = h2_cache.head[k];
+            memcpy(&h2_cache.head[k], p, sizeof p);
+#ifdef KH_ASAN
+            ASAN_UNPOISON_MEMORY_REGION(p, h2_class[k]);
+#endif
+            free(p);
+        }
+    h2_cache.bytes = 0;
+}
+
+/* nghttp2_session_del, and the thread's cache back to malloc when no session is left. */
+static void h2_session_del(nghttp2_session *ng)
+{
+    nghttp2_session_del(ng);
+    if (h2_fb.users == 0)
+        h2_cache_drain();
+}
+
 static void h2_mem_init(void)
 {
     h2_page4k = sysconf(_SC_PAGESIZE) == H2_ZPAGE;
@@ -832,7 +950,7 @@ static void *h2m_malloc(size_t n, void *ud)
         h2_fb.users++;
         return h2_fb.buf;
     }
-    return malloc(n);
+    return n <= h2_class[H2_NCLASS - 1] ? h2_cache_get(n) : malloc(n);
 }
 
 static void h2m_free(void *p, void *ud)
@@ -847,6 +965,8 @@ static void h2m_free(void *p, void *ud)
         }
         return;
     }
+    if (p != NULL && h2_cache_put(p))
+        return;
     free(p);
 }
 
@@ -997,7 +1117,7 @@ int kh_h2_upgrade(kh_conn *c, kh_stream *s, kh_str settings)
     h2_conn *h = session_new(c);
     int head = (s->flags & KH_STREAM_F_HEAD_METHOD) != 0;
     if (nghttp2_session_upgrade2(h->ng, raw, n, head, NULL) != 0) {
-        nghttp2_session_del(h->ng);
+        h2_session_del(h->ng);
         free(h);
         return KH_EINVAL;
     }
@@ -1346,7 +1466,7 @@ static void h2_free(h2_conn *h)
 {
     if (kh_dtimer_active(&h->tun_timer))
         kh_worker_dtimer_cancel(h->c->w, &h->tun_timer);
-    nghttp2_session_del(h->ng);
+    h2_session_del(h->ng);
     free(h);
 }
 
@@ -1430,9 +1550,24 @@ static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
     kh_stream_head_build(&b, s, status, hdr, n, clen);
     nghttp2_nv local[KH_HEAD_LOCAL];
     nghttp2_nv *nv = b.n <= KH_HEAD_LOCAL ? local : kh_xmalloc(b.n * sizeof *nv);
-    for (size_t i = 0; i < b.n; i++)
-        nv[i] = (nghttp2_nv){(uint8_t *)b.f[i].name.ptr, (uint8_t *)b.f[i].value.ptr,
-                             b.f[i].name.len, b.f[i].value.len, NGHTTP2_NV_FLAG_NONE};
+    for (size_t i = 0; i < b.n; i++) {
+        kh_str nm = b.f[i].name;
+        nv[i] = (nghttp2_nv){(uint8_t *)nm.ptr, (uint8_t *)b.f[i].value.ptr, nm.len,
+                             b.f[i].value.len, NGHTTP2_NV_FLAG_NONE};
+        /* x-request-id differs on every response: indexed, each one pushes an entry into the
+         * HPACK table that no later response matches, and the table fills with them (~70 in
+         * 4 KB), all in one hash chain that nghttp2 walks, comparing, for every x-request-id:
+         * ~5,000 instructions a response (bench/h2.sh PARTS=ir). Not indexed, the search stops
+         * at the first entry of that name. One response in 64 (the stream ids 1, 129, ...)
+         * is still indexed, so that the name stays in the table and goes out as an index. */
+        if (nm.len == 12 && memcmp(nm.ptr, "x-request-id", 12) == 0 && (hs->id & 127) != 1)
+            nv[i].flags = NGHTTP2_NV_FLAG_NO_INDEX;
+        /* a name the builder did not lower into b.lower is one of its static literals (":status",
+         * "server", "date", "content-length"; kh_stream.h): nghttp2 need not copy and lower it */
+        if (b.lower == b.lower_local &&
+            (nm.ptr < b.lower_local || nm.ptr >= b.lower_local + sizeof b.lower_local))
+            nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_NAME;
+    }
     if (b.no_data)
         hs->flags |= HS_NO_DATA;
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_body};

@@ -335,7 +335,8 @@ kh_stream *kh_stream_compact(kh_stream *s);
  * keep-alive, proxy-connection, transfer-encoding, upgrade; content-length is ours) with names
  * lower-cased; content-length when clen >= 0 and the status allows content (not 204 / 304).
  * no_data: the response has no content (HEAD, 204, 304, length 0). Everything points into b, h
- * or static storage until kh_stream_head_free(b). Lives on the caller's stack. */
+ * or static storage until kh_stream_head_free(b); a name is in b->lower or a static literal
+ * (kh_h2 hands the literals to nghttp2 uncopied). Lives on the caller's stack. */
 typedef struct kh_head_buf {
     kh_header *f; /* f_local, or malloc'd past KH_HEAD_LOCAL */
     size_t n;

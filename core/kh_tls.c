@@ -1,5 +1,6 @@
 /* kh_tls.c: TLS transport on OpenSSL 3.0 (see kh_tls.h).
- * Owns:  the SSL_CTXs (built on the main thread, read-only afterwards), the ticket key ring (the
+ * Owns:  the SSL_CTXs (built on the main thread, read-only afterwards; their keylog-free twins
+ *        built once by a worker, kh_tls_ctx.quiet), the ticket key ring (the
  *        one mutable thing the workers share, behind ticket_mu), each connection's SSL (until a
  *        TLS 1.3 handshake is done: then its kh_tls13 record layer) and its pending ciphertext.
  * In:    certificate files or --tls-self-signed at start-up; ciphertext and plaintext from kh_conn.
@@ -15,6 +16,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -46,6 +48,17 @@ typedef struct ticket_key {
 
 struct kh_tls_ctx {
     SSL_CTX **ctxs; /* [0] is the default; SNI (RFC 6066 §3) may switch to another */
+    /* With our record layer, ctxs[i] have the keylog callback, and quiet[i] is its twin without
+     * it (same settings, certificate, chain and key). Once the twins exist (quiet_ready), a
+     * handshake starts on quiet[i] and moves to ctxs[i] when its certificate is sent (info_cb),
+     * so OpenSSL formats only the secrets we take (see keylog_cb). The twins are built by the
+     * first worker that closes a TLS connection (quiet_build: ~1.1 M instructions, once), not
+     * at start-up or during the first exchange, which they would slow by as much; until then
+     * handshakes take the keylog path all the way, which costs more but works the same. */
+    SSL_CTX **quiet;
+    _Atomic int quiet_ready; /* 1: quiet[] is complete (release/acquire); -1: cannot be built */
+    uv_mutex_t quiet_mu;     /* one builder */
+    int tls12;
     X509 **certs;   /* borrowed from each ctx, for the SNI match */
     int n;
     char spki[64]; /* computed on first use (kh_tls_ctx_spki_sha256): start-up skips it */
@@ -68,12 +81,14 @@ typedef struct hs_secrets {
 
 struct kh_tls {
     SSL *ssl;         /* NULL once a TLS 1.3 connection is handed to `rec` */
+    kh_tls_ctx *t;
     kh_conn *c;
     const char *in_p; /* ciphertext lent for the current kh_tls_read */
     size_t in_n;
     kh_buf cipher;    /* ciphertext waiting to be written */
     hs_secrets *hs;   /* during the handshake only */
     kh_tls13 rec;     /* the record layer after the handshake (when ssl is NULL) */
+    uint8_t quiet;     /* started on a quiet twin, not yet moved back (info_cb) */
     uint8_t established;
     uint8_t failed;
     uint8_t closed;   /* close_notify queued */
@@ -171,8 +186,9 @@ static int sni_cb(SSL *ssl, int *alert, void *arg)
         return SSL_TLSEXT_ERR_OK;
     for (int i = 0; i < t->n; i++) {
         if (X509_check_host(t->certs[i], name, strlen(name), 0, NULL) == 1) {
+            const kh_tls *s = SSL_get_app_data(ssl);
             if (i > 0)
-                SSL_set_SSL_CTX(ssl, t->ctxs[i]);
+                SSL_set_SSL_CTX(ssl, s && s->quiet ? t->quiet[i] : t->ctxs[i]);
             break;
         }
     }
@@ -256,7 +272,16 @@ static int unhex(const char *h, size_t n, uint8_t *out)
 
 /* OpenSSL 3.0 has no API that returns the traffic secrets; its key log (the NSS format:
  * "LABEL <client random hex> <secret hex>") is the public way out. We keep the two application
- * traffic secrets for the hand-off to our record layer, and nothing is written anywhere. */
+ * traffic secrets for the hand-off to our record layer, and nothing is written anywhere.
+ * OpenSSL formats each line byte by byte with sprintf (~56 K instructions a line, before the
+ * callback can look at its label) and logs five per TLS 1.3 handshake: the two handshake
+ * traffic secrets, EXPORTER_SECRET, then the two we want. A connection starts on a quiet twin
+ * ctx without the callback (kh_tls_ctx.quiet), so the handshake secrets (logged right after
+ * ServerHello) are never formatted; info_cb moves it to the ctx with the callback once the
+ * certificate is sent, in time for the server's application secret (logged with
+ * EXPORTER_SECRET, which comes first in the same OpenSSL function and cannot be skipped) and the
+ * client's. Three lines instead of five: ~110 K instructions less per handshake
+ * (bench/tls-callgrind.sh). */
 static void keylog_cb(const SSL *ssl, const char *line)
 {
     kh_tls *s = SSL_get_app_data(ssl);
@@ -285,15 +310,43 @@ static void keylog_cb(const SSL *ssl, const char *line)
     }
 }
 
+/* Called before each state transition (SSL_CB_ACCEPT_LOOP) with the state whose message was
+ * just written: after CertificateVerify (full handshake) or EncryptedExtensions (resumed: no
+ * certificate), only Finished is left before the application secrets, and nothing reads the
+ * certificate any more, so SSL_set_SSL_CTX (which replaces the SSL's copy of it, as SNI does)
+ * is safe. A state we do not expect means no switch: no secrets, so OpenSSL keeps the record
+ * layer (hand_off says why), slower to idle but correct. */
+static void info_cb(const SSL *cssl, int where, int ret)
+{
+    (void)ret;
+    SSL *ssl = (SSL *)cssl; /* the callback's const is OpenSSL's; the SSL is ours */
+    kh_tls *s = SSL_get_app_data(ssl);
+    if (!(where & SSL_CB_ACCEPT_LOOP) || s == NULL || !s->quiet)
+        return;
+    OSSL_HANDSHAKE_STATE st = SSL_get_state(ssl);
+    if (st != TLS_ST_SW_CERT_VRFY &&
+        !(st == TLS_ST_SW_ENCRYPTED_EXTENSIONS && SSL_session_reused(ssl)))
+        return;
+    kh_tls_ctx *t = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    SSL_CTX *cur = SSL_get_SSL_CTX(ssl);
+    s->quiet = 0; /* one try */
+    for (int i = 0; i < t->n; i++) {
+        if (t->quiet[i] == cur) {
+            SSL_set_SSL_CTX(ssl, t->ctxs[i]);
+            break;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* start-up (main thread) */
 
-static SSL_CTX *ctx_new(kh_tls_ctx *t, const kh_tls_opts *o)
+static SSL_CTX *ctx_new(kh_tls_ctx *t)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (ctx == NULL)
         return NULL;
-    SSL_CTX_set_min_proto_version(ctx, o->tls12 ? TLS1_2_VERSION : TLS1_3_VERSION);
+    SSL_CTX_set_min_proto_version(ctx, t->tls12 ? TLS1_2_VERSION : TLS1_3_VERSION);
     SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);
     /* No renegotiation (a TLS 1.2 CPU DoS, and forbidden under h2 by RFC 9113 §9.2.1). */
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
@@ -318,6 +371,45 @@ static SSL_CTX *ctx_new(kh_tls_ctx *t, const kh_tls_opts *o)
     if (t->algs)
         SSL_CTX_set_keylog_callback(ctx, keylog_cb);
     return ctx;
+}
+
+/* The quiet twin of `ctx` (see kh_tls_ctx.quiet): the same settings, certificate, chain and
+ * key (shared, reference-counted: nothing is read from a file), without the keylog callback.
+ * NULL on failure. */
+static SSL_CTX *quiet_twin(kh_tls_ctx *t, SSL_CTX *ctx)
+{
+    SSL_CTX *tw = ctx_new(t);
+    STACK_OF(X509) *chain = NULL;
+    if (tw == NULL || SSL_CTX_use_certificate(tw, SSL_CTX_get0_certificate(ctx)) != 1 ||
+        SSL_CTX_use_PrivateKey(tw, SSL_CTX_get0_privatekey(ctx)) != 1 ||
+        SSL_CTX_get0_chain_certs(ctx, &chain) != 1 || (chain && SSL_CTX_set1_chain(tw, chain) != 1)) {
+        SSL_CTX_free(tw);
+        ERR_clear_error();
+        return NULL;
+    }
+    SSL_CTX_set_keylog_callback(tw, NULL);
+    return tw;
+}
+
+/* On a worker, after a handshake: builds the quiet twins once (whoever gets the lock first;
+ * the others carry on with the keylog path meanwhile) and publishes them. */
+static void quiet_build(kh_tls_ctx *t)
+{
+    if (atomic_load_explicit(&t->quiet_ready, memory_order_acquire) != 0 ||
+        uv_mutex_trylock(&t->quiet_mu) != 0)
+        return;
+    int ok = atomic_load_explicit(&t->quiet_ready, memory_order_relaxed) == 0;
+    for (int i = 0; ok && i < t->n; i++)
+        ok = (t->quiet[i] = quiet_twin(t, t->ctxs[i])) != NULL;
+    if (ok) {
+        atomic_store_explicit(&t->quiet_ready, 1, memory_order_release);
+        KH_LOG_DEBUG("tls: key-log-free SSL_CTX twins built (%d)", t->n);
+    } else if (atomic_load_explicit(&t->quiet_ready, memory_order_relaxed) == 0) {
+        KH_LOG_WARN("tls: cannot build the keylog-free SSL_CTX twins: every handshake formats "
+                    "all its secrets (slower, same result)");
+        atomic_store_explicit(&t->quiet_ready, -1, memory_order_release);
+    }
+    uv_mutex_unlock(&t->quiet_mu);
 }
 
 static int add_ext(X509 *x, int nid, const char *value)
@@ -449,6 +541,11 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
         KH_LOG_WARN("tls: an AEAD or hash is missing from OpenSSL: its record layer stays in use "
                     "(about 8 KB more per connection)");
     t->ctxs = kh_xcalloc((size_t)n, sizeof(SSL_CTX *));
+    t->quiet = kh_xcalloc((size_t)n, sizeof(SSL_CTX *));
+    t->tls12 = o->tls12;
+    uv_mutex_init(&t->quiet_mu);
+    /* nothing to gain without our record layer: no keylog callback at all then */
+    atomic_init(&t->quiet_ready, t->algs ? 0 : -1);
     t->certs = kh_xcalloc((size_t)n, sizeof(X509 *));
     t->bio_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "khamsin conn");
     if (t->bio_method == NULL || BIO_meth_set_write(t->bio_method, bio_write) != 1 ||
@@ -460,7 +557,7 @@ kh_tls_ctx *kh_tls_ctx_new(const kh_tls_opts *o, char *err, size_t errlen)
         goto fail;
     }
     for (int i = 0; i < n; i++) {
-        SSL_CTX *ctx = ctx_new(t, o);
+        SSL_CTX *ctx = ctx_new(t);
         if (ctx == NULL) {
             snprintf(err, errlen, "tls: SSL_CTX_new failed");
             goto fail;
@@ -542,9 +639,13 @@ void kh_tls_ctx_free(kh_tls_ctx *t)
 {
     if (t == NULL)
         return;
-    for (int i = 0; i < t->n; i++)
+    for (int i = 0; i < t->n; i++) {
         SSL_CTX_free(t->ctxs[i]);
+        SSL_CTX_free(t->quiet[i]);
+    }
     free(t->ctxs);
+    free(t->quiet);
+    uv_mutex_destroy(&t->quiet_mu);
     free(t->certs);
     if (t->bio_method)
         BIO_meth_free(t->bio_method);
@@ -561,7 +662,9 @@ kh_tls *kh_tls_new(kh_tls_ctx *t, kh_conn *c)
 {
     kh_tls *s = kh_xcalloc(1, sizeof *s);
     s->c = c;
-    s->ssl = SSL_new(t->ctxs[0]);
+    s->t = t;
+    s->quiet = atomic_load_explicit(&t->quiet_ready, memory_order_acquire) == 1;
+    s->ssl = SSL_new(s->quiet ? t->quiet[0] : t->ctxs[0]);
     BIO *b = s->ssl ? BIO_new(t->bio_method) : NULL;
     if (b == NULL) {
         SSL_free(s->ssl);
@@ -570,7 +673,9 @@ kh_tls *kh_tls_new(kh_tls_ctx *t, kh_conn *c)
         return NULL;
     }
     BIO_set_data(b, s);
-    SSL_set_app_data(s->ssl, s); /* for keylog_cb */
+    SSL_set_app_data(s->ssl, s); /* for keylog_cb, sni_cb and info_cb */
+    if (s->quiet)
+        SSL_set_info_callback(s->ssl, info_cb);
     SSL_set_bio(s->ssl, b, b); /* one reference, used for both directions */
     SSL_set_accept_state(s->ssl);
     return s;
@@ -580,6 +685,9 @@ void kh_tls_free(kh_tls *s, kh_bufcache *bufs)
 {
     if (s == NULL)
         return;
+    /* after the first connection rather than during it: not in the way of its answer */
+    if (s->established)
+        quiet_build(s->t); /* once per process (see kh_tls_ctx.quiet) */
     if (s->ssl)
         SSL_free(s->ssl);
     else

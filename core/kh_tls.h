@@ -1,13 +1,17 @@
 /* kh_tls.h: TLS (RFC 8446; RFC 5246 only with --tls12) as a transport between kh_conn and the
  * protocol module (style.md §2: "OpenSSL on memory BIOs ... ALPN picks the kh_proto_vt").
  * Owns:  at start-up, on the main thread: one SSL_CTX per certificate (SNI picks among them, the
- *        first is the default) and the session-ticket key ring every worker shares; per
+ *        first is the default) and the session-ticket key ring every worker shares; once, on the
+ *        first worker that closes a TLS connection: each SSL_CTX's twin without the keylog
+ *        callback (from the certificate and key in memory), which new handshakes start on so
+ *        that OpenSSL formats only the secrets the hand-off needs (kh_tls.c, keylog_cb); per
  *        connection: the SSL object and the ciphertext waiting to be written.
  * In:    ciphertext the conn read (lent from the worker's read slab); plaintext from c->out.
  * Out:   plaintext appended to c->in; ciphertext handed to the conn's write; the protocol chosen
  *        by ALPN started through kh_proto_start.
  * Never: touches the socket or the loop (the conn does the I/O); changes an SSL_CTX after the
- *        workers start (they share them read-only); loads a file on a worker.
+ *        workers start (they share them read-only; the twins are new SSL_CTXs, published whole
+ *        with a release store); loads a file on a worker.
  * Memory: after a TLS 1.3 handshake the SSL object is freed and kh_tls13 protects the records
  *        (two AEAD contexts, ~2.3 KB); a TLS 1.2 connection keeps its SSL object (its record
  *        buffers released with SSL_MODE_RELEASE_BUFFERS). Idle: no ciphertext buffer either. */

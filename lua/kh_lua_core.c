@@ -2,6 +2,8 @@
  * Owns:  nothing; every function checks its {stream, generation} pair first.
  * In:    calls from lua/khamsin*.lua on the worker's thread.
  * Out:   routes into the router; responses through kh_stream; waits that yield KH_YIELD.
+ *        One FFI export for the hot path (style.md §4), which the JIT compiles into the
+ *        request's trace: kh_lua_req_str (req.method, req.path); it never calls into Lua.
  * Never: knows a wire format or a protocol; keeps a pointer to a Lua string past the call. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -252,6 +254,22 @@ static int l_respond(lua_State *L)
     }
     lua_pushboolean(L, 1);
     return 1;
+}
+
+/* FFI accessor (style.md §4) for req.method and req.path (which: 0, 1): the string's bytes and
+ * length, or NULL when the request is over (gen). p is the stream's address as the runner got it
+ * from kh__lua_dispatch (req._p); streams stay in the worker's pool, so the gen check is safe
+ * on a stale one, as stream_at's is. Against core.head (a lua_CFunction that makes all eight
+ * head fields, the peer address formatted, and ends the trace): see bench/callgrind.sh APP=
+ * in the commit that added it. */
+KH_EXPORT const char *kh_lua_req_str(uintptr_t p, uint32_t gen, int which, size_t *len)
+{
+    const kh_stream *s = (const kh_stream *)p;
+    if (s == NULL || s->gen != gen)
+        return NULL;
+    kh_str v = which == 0 ? s->method : s->path;
+    *len = v.len;
+    return v.ptr ? v.ptr : "";
 }
 
 /* body(s, gen) -> string | nil, "too large" | nil, "closed"; yields while the body comes in */

@@ -506,7 +506,10 @@ void kh__lua_dispatch(void *app, kh_stream *s)
     lua_rawgeti(co, LUA_REGISTRYINDEX, (int)s->route_value);
     lua_pushlightuserdata(co, s);
     lua_pushinteger(co, (lua_Integer)s->gen);
-    kh__lua_wake(K, c, 3);
+    /* the address again, as a number: what the FFI accessors take (kh_lua_req_str), since the
+     * JIT does not pass a lightuserdata to a C pointer ("NYI: unsupported C type conversion") */
+    lua_pushnumber(co, (lua_Number)(uintptr_t)s);
+    kh__lua_wake(K, c, 4);
 }
 
 void kh__lua_on_drain(void *app, kh_stream *s)

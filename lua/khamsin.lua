@@ -406,9 +406,9 @@ local function serve(handler, req, res)
 end
 errors.set_runner(serve)
 
-function k._run(handler, s, gen)
-    local req, res = new_req(s, gen), new_res(s, gen)
-    res._req = req -- res:sse() reads last-event-id
+function k._run(handler, s, gen, p)
+    local req = new_req(s, gen, p)
+    local res = new_res(s, gen, req)
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
     if rawget(req, "_tmpfiles") then request.cleanup(req) end -- req:multipart's temp files
@@ -421,8 +421,9 @@ local function serve_chain(handler, req, res)
     answer(res, n, a, b, c)
 end
 
-function run_chain(handler, s, gen)
-    local req, res = new_req(s, gen), new_res(s, gen)
+function run_chain(handler, s, gen, p)
+    local req = new_req(s, gen, p)
+    local res = new_res(s, gen, req)
     local ok, e = xpcall(serve_chain, on_error, handler, req, res)
     if not ok then mw.fail(req, res, e, answer) end
 end

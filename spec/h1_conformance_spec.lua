@@ -20,6 +20,7 @@ k.post("/echo", function(req) return req:body() end)
 k.get("/v", function(req) return req.version end)
 k.get("/smuggled", function() return "SMUGGLED" end)
 k.post("/smuggled", function() return "SMUGGLED" end)
+k.post("/early", function() return "early" end) -- answers without reading the body
 ]]
 
 local CRLF = "\r\n"
@@ -107,6 +108,53 @@ describe("HTTP/1.1", function()
             assert.are.equal("", extra)
             c:close()
         end)
+
+        -- After a Connection: close answer with nothing left to read, the socket is closed, not
+        -- shut down for writing and drained (lingering): a byte the client sends after our FIN
+        -- then finds no socket and is answered with RST, so the client's next send fails.
+        it("closes at once after a Connection: close answer when nothing is left to read", function()
+            local c = srv:raw_conn()
+            c:send(get("/n/1", "Connection: close\r\n"))
+            local r = assert(c:read_response())
+            assert.are.equal("n1", r.body)
+            assert.is_true((c:wait_closed(2)), "no FIN after the answer")
+            assert.is_truthy(c.sock:send("x"))
+            server.sleep(0.05)
+            local ok, err = c.sock:send("y")
+            assert.is_nil(ok, "the server still read after its FIN (a lingering close)")
+            assert.truthy(err == "closed" or err:find("reset"), err)
+            c:close()
+        end)
+
+        -- An answer that left the request's body unread still lingers: the client may be
+        -- sending that body, and an RST could destroy the answer before the client reads it.
+        it("lingers after a Connection: close answer that left the body unread", function()
+            local c = srv:raw_conn()
+            c:send("POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+                .. "Connection: close\r\n\r\n" .. ("b"):rep(1000))
+            local r = assert(c:read_response())
+            assert.are.equal("early", r.body)
+            assert.is_true((c:wait_closed(2)), "no FIN after the answer")
+            assert.is_truthy(c.sock:send(("b"):rep(1000)))
+            server.sleep(0.05)
+            assert.is_truthy(c.sock:send(("b"):rep(1000)), "the rest of the body was answered with RST")
+            c:close()
+        end)
+
+        -- A client that sends its request and shuts down its sending side still gets the
+        -- answer, then the server's FIN (keep-alive or not).
+        for _, extra in ipairs { "", "Connection: close\r\n" } do
+            it("answers a request whose client half-closed right after it" .. (extra == "" and "" or " (Connection: close)"), function()
+                local c = srv:raw_conn()
+                c:send(get("/n/7", extra))
+                c.sock:shutdown("send")
+                local r = assert(c:read_response())
+                assert.are.equal(200, r.status)
+                assert.are.equal("n7", r.body)
+                assert.is_true((c:wait_closed(2)), "no FIN after the answer")
+                c:close()
+            end)
+        end
 
         it("honours close among other Connection options, case-insensitively", function()
             local data, closed = srv:raw(get("/n/1", "Connection: keep-alive, CLOSE\r\n"))

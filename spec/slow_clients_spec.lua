@@ -137,10 +137,15 @@ k.get("/big", function() return big end)
         it("delivers a whole " .. proto .. " answer still being written to a slow reader", function()
             local srv = server.start { app = STOP_APP, tls = false, workers = 1, args = { "--grace", "30" } }
             local ok, err = pcall(function()
-                -- 4 MiB at ~1 MB/s: the answer is queued whole long before the reader has it
-                local cmd = string.format("timeout 60 %s %s %s %d /big 1000000 2>&1", PY, READER, proto, srv.port)
+                -- 4 MiB at ~1 MB/s: the answer is queued whole long before the reader has it; the
+                -- stop comes once the reader has the response's head (its "head" line), so the
+                -- answer is being written however long the reader took to start
+                local cmd = string.format("SLOW_READER_SAY_HEAD=1 timeout 60 %s %s %s %d /big 1000000 2>&1",
+                    PY, READER, proto, srv.port)
                 local p = assert(io.popen(cmd, "r"))
-                server.sleep(1.5)
+                local first = p:read("*l")
+                assert.are.equal("head", first, "slow_reader.py did not get the response's head")
+                server.sleep(0.2)
                 local t_term = server.now()
                 srv:signal("TERM")
                 local out = p:read("*a")

@@ -312,12 +312,16 @@ def parse_wrk(out):
     return r
 
 
-def run_wrk(port, conns, secs, wrk_core):
+def run_wrk(port, conns, secs, wrk_core, headers=()):
     """Run wrk; returns (cmd, output, rc, wrk CPU seconds, wrk run-queue delay seconds).
 
+    headers: extra request headers (wrk -H), e.g. "Connection: close" (then wrk opens a new
+    connection for every request, after reading the response).
     The run delay is sampled every 0.2 s while wrk runs (the last <0.2 s are not seen)."""
-    cmd = ["taskset", "-c", str(wrk_core), "wrk", "-t1", f"-c{conns}", f"-d{secs}s",
-           "--latency", f"http://127.0.0.1:{port}/"]
+    cmd = ["taskset", "-c", str(wrk_core), "wrk", "-t1", f"-c{conns}", f"-d{secs}s", "--latency"]
+    for h in headers:
+        cmd += ["-H", h]
+    cmd.append(f"http://127.0.0.1:{port}/")
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     delay = {}
@@ -359,7 +363,7 @@ def cmd_window(a):
             print(f"  (waited {waited:.0f} s for the box to be quiet; other tasks now at {100 * worst:.0f}% of a core)", flush=True)
     # warm-up (not measured)
     if a.warmup > 0:
-        cmd, out, rc, _, _ = run_wrk(a.port, a.conns, a.warmup, a.wrk_core)
+        cmd, out, rc, _, _ = run_wrk(a.port, a.conns, a.warmup, a.wrk_core, a.header)
         w = parse_wrk(out)
         if rc != 0 or w["errors"] or w["rps"] is None:
             die(f"{a.name} c{a.conns} warm-up: wrk rc={rc} errors={w['errors']}\n{out}", 2)
@@ -368,7 +372,7 @@ def cmd_window(a):
     rd0 = run_delay_ns(srv_pids)
     cores0 = core_times({a.server_core, a.wrk_core})
     t0 = time.monotonic()
-    cmd, out, rc, wrk_cpu, wrk_delay = run_wrk(a.port, a.conns, a.duration, a.wrk_core)
+    cmd, out, rc, wrk_cpu, wrk_delay = run_wrk(a.port, a.conns, a.duration, a.wrk_core, a.header)
     wall = time.monotonic() - t0
     cores1 = core_times({a.server_core, a.wrk_core})
     rd1 = run_delay_ns(srv_pids)
@@ -689,6 +693,7 @@ def main():
     p.add_argument("--waited-log", help="append the seconds waited for quiet here")
     p.add_argument("--retry-noisy", type=int, default=0, help="1: a noisy window goes to --rejected and exits 3")
     p.add_argument("--rejected", default="/dev/null")
+    p.add_argument("--header", action="append", default=[], help="extra request header for wrk (-H), repeatable")
     p.set_defaults(f=cmd_window)
     p = sp.add_parser("report"); p.add_argument("tsv"); p.set_defaults(f=cmd_report)
     p = sp.add_parser("idle")

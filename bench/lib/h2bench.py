@@ -10,6 +10,8 @@
   idle --name N --port P --root PID --n COUNT --jsonl FILE
                                 COUNT h2c connections, one GET each (response read), then idle:
                                 PSS delta / COUNT
+  cgsplit CALLGRIND_OUT N       khamsin's h2 request split: inclusive Ir / request of nghttp2's
+                                entry points and of our callbacks and layers under them
 """
 import argparse
 import json
@@ -153,7 +155,7 @@ def cmd_report(a):
     for r in rows:
         if r["server"] not in servers:
             servers.append(r["server"])
-    print(f"  {'server':12s} {'c x m':>8s} {'req/s (median)':>16s} {'req/CPU-s (median)':>20s}  runs")
+    print(f"  {'server':15s} {'c x m':>8s} {'req/s (median)':>16s} {'req/CPU-s (median)':>20s}  runs")
     med = {}
     for k in keys:
         for s in servers:
@@ -163,9 +165,10 @@ def cmd_report(a):
             rps = statistics.median(r["rps"] for r in sel)
             eff = statistics.median(r["req_per_cpu_s"] or 0 for r in sel)
             med[(s, k)] = (rps, eff)
-            print(f"  {s:12s} {str(k[0]) + 'x' + str(k[1]):>8s} {rps:16.0f} {eff:20.0f}  {len(sel)}")
+            print(f"  {s:15s} {str(k[0]) + 'x' + str(k[1]):>8s} {rps:16.0f} {eff:20.0f}  {len(sel)}")
     for k in keys:
-        for ours, theirs in (("khamsin", "nginx-lua"), ("khamsin-tls", "nginx-lua-tls")):
+        for ours, theirs in (("khamsin", "nginx-lua"), ("khamsin", "lighttpd"), ("khamsin", "lighttpd-static"),
+                            ("khamsin-tls", "nginx-lua-tls")):
             if (ours, k) in med and (theirs, k) in med:
                 kr, ke = med[(ours, k)]
                 nr, ne = med[(theirs, k)]
@@ -212,6 +215,50 @@ def cmd_idle(a):
         s.close()
 
 
+# (label, function names as callgrind_annotate prints them; the largest match is taken)
+CG_ROWS = [
+    ("read: h2_on_read (all of it, Lua included)", ["h2_on_read"]),
+    ("  nghttp2_session_mem_recv", ["nghttp2_session_mem_recv"]),
+    ("    HPACK decode (nghttp2_hd_inflate_hd_nv)", ["nghttp2_hd_inflate_hd_nv"]),
+    ("    header checks (nghttp2_http_on_header)", ["nghttp2_http_on_header"]),
+    ("    stream open (nghttp2_session_on_request_headers_received)", ["nghttp2_session_on_request_headers_received"]),
+    ("    ours: on_begin_headers (stream alloc)", ["on_begin_headers"]),
+    ("    ours: on_header (field copy)", ["on_header"]),
+    ("    ours: on_frame_recv -> head_done", ["on_frame_recv"]),
+    ("      kh_stream_set_head (copy into the request)", ["kh_stream_set_head"]),
+    ("  dispatch_pending (the app: Lua)", ["dispatch_pending"]),
+    ("    l_respond", ["l_respond"]),
+    ("      h2_head (sink head)", ["h2_head"]),
+    ("        kh_stream_head_build", ["kh_stream_head_build"]),
+    ("        nghttp2_submit_response", ["nghttp2_submit_response"]),
+    ("          nghttp2_nv_array_copy", ["nghttp2_nv_array_copy"]),
+    ("      h2_data (sink data)", ["h2_data"]),
+    ("flush: h2_on_flush", ["h2_on_flush"]),
+    ("  nghttp2_session_mem_send", ["nghttp2_session_mem_send"]),
+    ("    HPACK encode (nghttp2_hd_deflate_hd_bufs)", ["nghttp2_hd_deflate_hd_bufs"]),
+    ("    DATA (nghttp2_session_pack_data)", ["nghttp2_session_pack_data"]),
+    ("    after send (session_after_frame_sent1)", ["session_after_frame_sent1"]),
+    ("      stream close (nghttp2_session_close_stream)", ["nghttp2_session_close_stream"]),
+    ("        ours: on_stream_close", ["on_stream_close"]),
+    ("nghttp2 allocations (h2m_malloc + h2m_free)", ["h2m_malloc", "h2m_free"]),
+    ("libc malloc + free, all callers", ["malloc", "free"]),
+]
+
+
+def cmd_cgsplit(a):
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", a.file],
+                         capture_output=True, text=True).stdout
+    inc = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+\S*?:([\w.']+)", line)
+        if m:
+            fn = m.group(2).split(".")[0].split("'")[0]
+            inc[fn] = max(inc.get(fn, 0), int(m.group(1).replace(",", "")))
+    for label, fns in CG_ROWS:
+        v = sum(inc.get(f, 0) for f in fns)
+        print(f"  {label:66s} {v / a.n:8.0f}")
+
+
 def main():
     p = argparse.ArgumentParser()
     sp = p.add_subparsers(dest="cmd", required=True)
@@ -233,6 +280,8 @@ def main():
     for k in ("port", "root", "n"):
         i.add_argument("--" + k, type=int, required=True)
     i.add_argument("--tls", action="store_true")
+    g = sp.add_parser("cgsplit"); g.add_argument("file"); g.add_argument("n", type=int)
+    g.set_defaults(f=cmd_cgsplit)
     i.set_defaults(f=cmd_idle)
     a = p.parse_args()
     a.f(a)

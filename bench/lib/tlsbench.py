@@ -12,6 +12,11 @@
   tlsbench.py idle PORT ROOT N CORE [--tls]   open N connections (TLS 1.3 when --tls), one GET
                                               each, keep them open; print the PSS delta of the
                                               server tree per connection
+  tlsbench.py hs PORT N new|reuse             N TLS 1.3 connections one after the other (ALPN
+                                              http/1.1), one GET each, then close; `reuse`
+                                              resumes every one from the ticket of a first,
+                                              uncounted connection. Prints JSON: counts of
+                                              connections, resumed ones, and tickets seen
 
 Modelled on bench/lib/benchlib.py (http1.sh): same /proc accounting, same PSS rule.
 """
@@ -191,6 +196,27 @@ def cmd_idle(port, root, n, core, use_tls):
         die(f"server closed {closed} of {n} idle connections before the measurement", 2)
 
 
+def cmd_hs(port, n, mode):
+    ctx = client_ctx()
+    sess = None
+    if mode == "reuse":
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            with ctx.wrap_socket(s) as t:
+                get(t)
+                sess = t.session
+        if sess is None or not sess.has_ticket:
+            die("no session ticket from the first connection")
+    resumed = 0
+    for _ in range(n):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            with ctx.wrap_socket(s, session=sess) as t:
+                get(t)
+                resumed += 1 if t.session_reused else 0
+    print(json.dumps(dict(n=n, mode=mode, resumed=resumed)))
+    if mode == "reuse" and resumed != n:
+        die(f"only {resumed} of {n} connections resumed", 2)
+
+
 def main():
     a = sys.argv[1:]
     if not a:
@@ -204,6 +230,8 @@ def main():
         cmd_quiet(float(a[1]))
     elif a[0] == "idle":
         cmd_idle(int(a[1]), int(a[2]), int(a[3]), a[4], "--tls" in a)
+    elif a[0] == "hs":
+        cmd_hs(int(a[1]), int(a[2]), a[3])
     else:
         die("unknown command " + a[0])
 

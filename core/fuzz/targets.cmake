@@ -8,11 +8,11 @@ kh_add_fuzz_target(router SOURCES kh_router.c kh_path.c kh_err.c)
 kh_add_fuzz_target(path SOURCES kh_path.c)
 # the TLS 1.3 record layer alone: it needs libcrypto, nothing of the loop
 kh_add_fuzz_target(tls13 SOURCES kh_tls13.c kh_buf.c kh_err.c LIBS PkgConfig::OPENSSL)
-# h2_conn drives the whole connection stack (kh_conn, kh_h1, kh_h2, kh_stream, ...): it takes
-# khcore's files (KH_CORE_NAMES: every core file but those of the TLS module, khamsin-tls.so,
-# which it never loads) and every library khcore links, so a new core file needs no change here.
-get_target_property(KH_CORE_LIBS khcore INTERFACE_LINK_LIBRARIES)
-kh_add_fuzz_target(h2_conn SOURCES ${KH_CORE_NAMES} LIBS ${KH_CORE_LIBS})
+# h2_conn drives the whole connection stack (kh_conn, kh_h1, kh_h2, kh_stream, ...): CORE, every
+# core file but those of the TLS module (khamsin-tls.so, which it never loads) and the HTTP/3 one,
+# compiled once for all CORE targets, and every library khcore links: a new core file needs no
+# change here.
+kh_add_fuzz_target(h2_conn CORE)
 # the WebSocket session (kh_ws.c) with permessage-deflate (kh_ws_deflate.c) and the
 # handshake/extension parsers
 kh_add_fuzz_target(ws SOURCES kh_ws.c kh_ws_deflate.c kh_ws_handshake.c kh_sha1.c LIBS PkgConfig::ZLIB)
@@ -24,5 +24,5 @@ kh_add_fuzz_target(compress SOURCES kh_compress.c kh_limits.c LIBS ${KH_COMPRESS
 kh_add_fuzz_target(multipart SOURCES kh_multipart.c)
 # the HTTP/3 stream side (kh_h3.c, nghttp3) without QUIC: kh_quic.h is stubbed in the target
 if(TARGET PkgConfig::QUIC)
-  kh_add_fuzz_target(h3_stream SOURCES ${KH_CORE_NAMES} kh_h3.c LIBS ${KH_CORE_LIBS} PkgConfig::QUIC)
+  kh_add_fuzz_target(h3_stream CORE SOURCES kh_h3.c LIBS PkgConfig::QUIC)
 endif()

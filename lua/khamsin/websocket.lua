@@ -407,6 +407,9 @@ local function serve(route, req, res)
     end
     local h, opts = route.h, route.opts
     local s, g = res._s, res._g
+    -- no FFI accessor here (lua/khamsin/request.lua): it reads the stream each time and keeps
+    -- nothing, while a socket's req must keep what open() read once the head's memory is gone
+    rawset(req, "_p", false)
     local version = hdr(req, s, g, "sec-websocket-version")
     if not version or not core.ws_version_ok(version) then
         return reject(426, "Upgrade Required: Sec-WebSocket-Version 13",
@@ -455,10 +458,10 @@ local function serve(route, req, res)
     reader_of[ws] = co_running() -- open() is one of its own handlers
     if h.open then call(ws, h.open, req) end
     reader_of[ws] = nil
-    -- req is for open(): kept only when something read from it (fields beyond its _s and _g)
+    -- req is for open(): kept only when something read from it (fields beyond its _s, _g, _p)
     if req_of[ws] == req then
         local key = next(req)
-        while key == "_s" or key == "_g" do key = next(req, key) end
+        while key == "_s" or key == "_g" or key == "_p" do key = next(req, key) end
         if key == nil then req_of[ws] = nil end
     end
     -- between messages no coroutine waits for the socket: the engine holds the stream

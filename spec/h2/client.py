@@ -8,7 +8,8 @@ Prints one JSON line. Modes:
                        echo_ok, reset}]}
   sigterm PORT PID     starts POST /slow without its body, sends SIGTERM to PID, expects GOAWAY
                        (NO_ERROR, last stream 1), then sends the body and expects the answer
-  rst_wait PORT        POST /wait with part of a body, RST_STREAM(CANCEL), then GET / on the same
+  rst_wait PORT [MARK] POST /wait with part of a body, RST_STREAM(CANCEL) (once the file MARK
+                       exists: the handler's sign that it waits), then GET / on the same
                        connection
   idle PORT            opens a connection, sends nothing more, waits for GOAWAY and close
 """
@@ -184,12 +185,19 @@ def mode_sigterm(port, pid):
                          "ended": 1 in c.ended}}
 
 
-def mode_rst_wait(port):
+def mode_rst_wait(port, mark=None):
     cl = Client(port)
-    sid = cl.request("POST", "/wait", body=b"x" * 100, end=False)
+    path = "/wait" + ("?mark=" + mark if mark else "")
+    sid = cl.request("POST", path, body=b"x" * 100, end=False)
     cl.c.send_data(sid, b"x" * 10)
     cl.flush()
     cl.pump(0.3)
+    # with MARK, the handler creates that file before it waits for the body: the reset goes
+    # only once it waits (on a loaded box the server may read the reset with the HEADERS, and
+    # the handler would never run)
+    deadline = time.time() + 10
+    while mark and not os.path.exists(mark) and time.time() < deadline:
+        cl.pump(0.05)
     cl.c.reset_stream(sid, 8)
     cl.flush()
     cl.pump(0.3)
@@ -255,7 +263,7 @@ def main():
     elif mode == "sigterm":
         out = mode_sigterm(port, int(sys.argv[3]))
     elif mode == "rst_wait":
-        out = mode_rst_wait(port)
+        out = mode_rst_wait(port, sys.argv[3] if len(sys.argv) > 3 else None)
     elif mode == "halfclose":
         out = mode_halfclose(port)
     elif mode == "concurrency":

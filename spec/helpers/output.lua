@@ -17,7 +17,12 @@ return function(options)
         local ok, socket = pcall(require, "socket")
         if ok then clock = socket.gettime end
     end
+    -- KHAMSIN_SPEC_FILES=1: the wall time of each spec file (its setup, servers and all), the
+    -- slowest first, at the end: where the suite's time goes
+    local file_times = os.getenv("KHAMSIN_SPEC_FILES")
+    file_times = file_times ~= nil and file_times ~= "" and file_times ~= "0"
     local started, slow = {}, {}
+    local file_started, files = {}, {}
 
     local subscribe = handler.subscribe
     handler.subscribe = function(h, opts)
@@ -35,7 +40,28 @@ return function(options)
                 return nil, true
             end)
         end
+        if file_times then
+            busted.subscribe({ "file", "start" }, function(element)
+                file_started[element] = clock()
+                return nil, true
+            end)
+            busted.subscribe({ "file", "end" }, function(element)
+                local t0 = file_started[element]
+                if t0 then files[#files + 1] = { clock() - t0, element.name } end
+                return nil, true
+            end)
+        end
         busted.subscribe({ "exit" }, function()
+            if #files > 0 then
+                table.sort(files, function(a, b) return a[1] > b[1] end)
+                local lines, total = {}, 0
+                for _, f in ipairs(files) do
+                    total = total + f[1]
+                    lines[#lines + 1] = string.format("%7.1f s  %s", f[1], f[2])
+                end
+                io.stdout:write(string.format("\nspec files (%.1f s in all):\n%s\n", total,
+                    table.concat(lines, "\n")))
+            end
             if #slow > 0 then
                 io.stdout:write("\nslow specs:\n" .. table.concat(slow, "\n") .. "\n")
             end

@@ -11,7 +11,11 @@ With STOP_AFTER, the reader stops reading once it has that many body bytes, slee
 seconds, then reads as fast as it can to the end; "closed" says the server ended the
 connection before the whole body arrived ("stopped_at" and "resumed_at" are times since the
 start, "stopped_epoch" the time of the stop). Over h2 the client's windows are 16 MiB, so the
-socket sets the pace, not flow control."""
+socket sets the pace, not flow control.
+
+With $SLOW_READER_SAY_HEAD set, it first prints the line "head" (flushed) once the response's
+status is known: the caller knows the answer is being written and need not guess a delay."""
+import os
 import json
 import socket
 import sys
@@ -75,6 +79,20 @@ class H2:
         self.c.send_headers(self.sid, [(":method", "GET"), (":path", path), (":scheme", "http"),
                                        (":authority", "x")], end_stream=True)
         s.sendall(self.c.data_to_send())
+        # python3-h2 closes its whole connection on any GOAWAY and then refuses the DATA of a
+        # stream the GOAWAY let complete (RFC 9113 §6.8: a graceful stop): after a GOAWAY
+        # (NO_ERROR) that covers our stream, its state goes back to open, frame by frame
+        import h2.connection
+        import h2.errors
+        from hyperframe.frame import GoAwayFrame
+        on_goaway = self.c._frame_dispatch_table[GoAwayFrame]
+
+        def goaway(frame):
+            frames, events = on_goaway(frame)
+            if frame.error_code == h2.errors.ErrorCodes.NO_ERROR and frame.last_stream_id >= self.sid:
+                self.c.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+            return frames, events
+        self.c._frame_dispatch_table[GoAwayFrame] = goaway
         self.status = None
         self.expected = None
         self.body = 0
@@ -119,6 +137,7 @@ def main():
     max_gap = 0.0
     per_step = max(1, int(rate * STEP))
     stopped = False
+    say_head = bool(os.environ.get("SLOW_READER_SAY_HEAD"))
     try:
         while not r.done:
             if stop_after is not None and not stopped and r.body >= stop_after:
@@ -139,7 +158,10 @@ def main():
             if not stopped and r.body > 0:
                 max_gap = max(max_gap, now - last)
             last = now
+            had_status = r.status is not None
             r.feed(data)
+            if say_head and not had_status and r.status is not None:
+                print("head", flush=True)
             if per_step < (1 << 20):
                 time.sleep(max(0.0, STEP - (time.monotonic() - step_start)))
     except (ConnectionError, socket.timeout, OSError) as e:

@@ -1,0 +1,65 @@
+-- The FFI hot path (issue 15, style.md §4): req.method / req.path through kh_lua_req_str
+-- (lua/kh_lua_core.c), the other fields through core.head; replies through core.respond. They
+-- must answer alike: the shapes a handler returns, HEAD, a 204, a request read after a wait, and
+-- a req kept past its request (stale: its fields are nil, by the generation check).
+local server = require "helpers.server"
+
+local APP = [[
+local k = require "khamsin"
+local kept
+k.get("/", function(req) return "Hello, World!" end)
+k.get("/created", function() return 201, "made" end)
+k.get("/none", function() return 204 end)
+k.get("/table", function() return { a = 1 } end)
+k.get("/hdr", function(req, res) res.headers["X-A"] = "1"; return "with header" end)
+k.post("/fields/:x", function(req) return req.method .. " " .. req.path end)
+k.get("/after-wait", function(req) k.sleep(0); return req.method .. " " .. req.path end)
+k.get("/keep", function(req) kept = req; return "kept" end)
+k.get("/stale", function() return tostring(kept.method) .. " " .. tostring(kept.path) end)
+]]
+
+describe("FFI hot path", function()
+    local srv
+    setup(function() srv = server.start { app = APP } end)
+    teardown(function() if srv then srv:stop() end end)
+
+    for _, proto in ipairs { "h1", "h2c" } do
+        if server.wants(proto) then
+            it("answers the return shapes alike over " .. proto, function()
+                local r = srv:request { path = "/", proto = proto }
+                assert.are.equal(200, r.status)
+                assert.are.equal("Hello, World!", r.body)
+                assert.are.equal("text/plain; charset=utf-8", r.headers["content-type"])
+                assert.are.equal("13", r.headers["content-length"])
+                assert.truthy(r.headers["x-request-id"])
+                r = srv:request { path = "/created", proto = proto }
+                assert.are.equal(201, r.status)
+                assert.are.equal("made", r.body)
+                r = srv:request { path = "/none", proto = proto }
+                assert.are.equal(204, r.status)
+                assert.is_nil(r.headers["content-type"])
+                r = srv:request { path = "/table", proto = proto }
+                assert.are.equal('{"a":1}', r.body)
+                assert.are.equal("application/json", r.headers["content-type"])
+                r = srv:request { path = "/hdr", proto = proto }
+                assert.are.equal("1", r.headers["x-a"])
+                assert.are.equal("with header", r.body)
+                r = srv:request { path = "/", method = "HEAD", proto = proto }
+                assert.are.equal(200, r.status)
+                assert.are.equal("", r.body)
+            end)
+
+            it("reads req.method and req.path, after a wait too, over " .. proto, function()
+                local r = srv:request { path = "/fields/a%20b?q=1", method = "POST", proto = proto }
+                assert.are.equal("POST /fields/a%20b", r.body)
+                r = srv:request { path = "/after-wait", proto = proto }
+                assert.are.equal("GET /after-wait", r.body)
+            end)
+
+            it("gives nil for the fields of a req kept past its request over " .. proto, function()
+                assert.are.equal("kept", srv:request { path = "/keep", proto = proto }.body)
+                assert.are.equal("nil nil", srv:request { path = "/stale", proto = proto }.body)
+            end)
+        end
+    end
+end)

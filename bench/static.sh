@@ -97,8 +97,8 @@ PYEOF
   echo "# nginx: sendfile on, tcp_nopush on. khamsin: k.static('/', dir, $STATIC_OPTS): with the default"
   echo "# per-worker cache (realpath+stat revalidated each 1 s; files <= 64 KiB kept in memory) 4k.bin"
   echo "# is answered from memory; with {cache=false} each request does realpath, stat, open+read+close"
-  echo "# on libuv's pool. 1m.bin is streamed: 64 KiB preads on the pool into one buffer, each chunk"
-  echo "# written under backpressure (no sendfile)."
+  echo "# on libuv's pool. 1m.bin is opened on the pool and sent with sendfile(2) from the loop (head"
+  echo "# first with MSG_MORE); over TLS/h2 it would be 64 KiB preads on the pool instead."
   echo "# $(uname -srm); $(nginx -v 2>&1)"
   bench_rounds_init "$TMP"
   while bench_round_next; do

@@ -3,7 +3,10 @@
  *        TLS listener the bytes on the socket are ciphertext: read_cb hands them to kh_tls_read
  *        (plaintext lands in `in`), write_out writes what kh_tls_write made of `out`, and every
  *        close sends close_notify first (after the last write, or in one try from
- *        kh_conn_close); everything else is the same for both.
+ *        kh_conn_close); everything else is the same for both. File bodies (cleartext only,
+ *        kh_conn_sendfile) go out in queue order by file_out: the bytes queued before each
+ *        with send(MSG_MORE), then sendfile(2); a full socket is waited on by a uv_poll on a
+ *        dup of the fd, with the same stall checks as a pending uv_write.
  *        Closing after a response: kh_conn_close_after_write shuts the socket down for writing
  *        (FIN) and reads and drops input until the peer's FIN or lingering_close_ms; when the
  *        protocol has read its whole input and none is left unread (kh_conn_end_after_write,
@@ -16,11 +19,13 @@
 #include "kh_conn.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
-#include <errno.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "kh_err.h"
 #include "kh_log.h"
@@ -52,7 +57,27 @@ typedef struct kh_write_op {
     uint64_t progress_ms; /* loop time of the last progress (the op's start, at first) */
 } kh_write_op;
 
+/* A file body queued by kh_conn_sendfile: the bytes queued before it (head, moved out of `out`
+ * when it was queued), then `left` bytes of fd from `off`. Ops form a list in queue order; the
+ * bytes in `out` come after the last one. */
+typedef struct kh_file_op {
+    kh_conn *c;
+    struct kh_file_op *next;
+    kh_buf head;
+    size_t hoff;
+    int fd;
+    int pfd;              /* dup of the socket's fd for `poll`, -1 until the first EAGAIN */
+    int polling;          /* waits for the socket to be writable */
+    int64_t off;
+    uint64_t left;
+    size_t unacked;       /* progress checks, as in kh_write_op */
+    uint64_t progress_ms;
+    uv_poll_t poll;
+} kh_file_op;
+
 static void on_close(uv_handle_t *h);
+static void file_op_free(kh_file_op *f);
+static void set_nodelay(kh_conn *c);
 static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *b);
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *b)
@@ -291,6 +316,8 @@ size_t kh_conn_out_pending(const kh_conn *c)
     size_t n = c->out.len;
     if (c->writing)
         n += c->writing->buf.len - c->writing->off;
+    for (const kh_file_op *f = c->file; f; f = f->next)
+        n += f->head.len - f->hoff + (size_t)f->left;
     return n;
 }
 
@@ -317,7 +344,8 @@ static void apply_timer(kh_conn *c)
 {
     /* a pending write keeps its progress checks (write_out arms them); the protocol's kind is
      * recorded in timer_kind and applies again when the write completes */
-    if (c->writing && !(c->flags & (KH_CONN_F_LINGERING | KH_CONN_F_CLOSING)))
+    if ((c->writing || (c->file && c->file->polling)) &&
+        !(c->flags & (KH_CONN_F_LINGERING | KH_CONN_F_CLOSING)))
         return;
     int kind = c->timer_kind;
     if (c->flags & KH_CONN_F_LINGERING)
@@ -340,20 +368,27 @@ void kh__conn_on_timer(kh_timer *t, int kind)
     /* KH_TO_WRITE is the protocol's (h2: a response held back by the peer's window); the
      * socket's own write stalls are timed by KH_TO_WRITE_CHECK */
     if (kind == KH_TO_WRITE_CHECK) {
-        kh_write_op *op = c->writing;
-        if (op == NULL) {
+        size_t *ua;
+        uint64_t *pm;
+        if (c->writing) {
+            ua = &c->writing->unacked;
+            pm = &c->writing->progress_ms;
+        } else if (c->file && c->file->polling) {
+            ua = &c->file->unacked;
+            pm = &c->file->progress_ms;
+        } else {
             apply_timer(c);
             return;
         }
         uint64_t now = uv_now(&c->w->loop);
         size_t left = unacked(c);
-        if (left < op->unacked) {
-            op->unacked = left;
-            op->progress_ms = now;
+        if (left < *ua) {
+            *ua = left;
+            *pm = now;
         }
-        if (now - op->progress_ms >= c->w->limits->write_timeout_ms) {
+        if (now - *pm >= c->w->limits->write_timeout_ms) {
             KH_LOG_DEBUG("c%u write stalled (%zu bytes unacknowledged for %llu ms): closing",
-                         c->id, left, (unsigned long long)(now - op->progress_ms));
+                         c->id, left, (unsigned long long)(now - *pm));
             kh_conn_close(c);
             return;
         }
@@ -393,6 +428,11 @@ void kh_conn_close(kh_conn *c)
     if (c->proto && c->proto->on_close)
         c->proto->on_close(c);
     stop_reading(c);
+    while (c->file) {
+        kh_file_op *f = c->file;
+        c->file = f->next;
+        file_op_free(f);
+    }
     /* A pending write gets UV_ECANCELED before on_close runs, and frees its own op. */
     uv_close((uv_handle_t *)&c->tcp, on_close);
 }
@@ -443,6 +483,148 @@ void kh_conn_close_after_write(kh_conn *c)
 {
     c->flags |= KH_CONN_F_CLOSE_AFTER_WRITE;
     kh_worker_schedule_flush(c->w, c);
+}
+
+static void file_poll_closed(uv_handle_t *h)
+{
+    kh_file_op *f = h->data;
+    close(f->pfd);
+    free(f);
+}
+
+/* Closes the file and frees the op (after its poll handle closed, when it has one). */
+static void file_op_free(kh_file_op *f)
+{
+    close(f->fd);
+    kh_buf_release(&f->head, &f->c->w->bufs);
+    if (f->pfd >= 0)
+        uv_close((uv_handle_t *)&f->poll, file_poll_closed);
+    else
+        free(f);
+}
+
+void kh_conn_sendfile(kh_conn *c, int fd, int64_t off, uint64_t n)
+{
+    kh_file_op *f = kh_xcalloc(1, sizeof *f);
+    f->c = c;
+    f->fd = fd;
+    f->pfd = -1;
+    f->off = off;
+    f->left = n;
+    f->head = c->out; /* what is queued now goes first */
+    memset(&c->out, 0, sizeof c->out);
+    kh_file_op **tail = &c->file;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = f;
+    kh_worker_schedule_flush(c->w, c);
+}
+
+static void file_writable(uv_poll_t *p, int status, int events)
+{
+    (void)events;
+    kh_file_op *f = p->data;
+    kh_conn *c = f->c;
+    uv_poll_stop(p);
+    f->polling = 0;
+    if (c->flags & KH_CONN_F_CLOSING)
+        return;
+    if (status != 0) {
+        KH_LOG_DEBUG("c%u sendfile poll: %s", c->id, uv_strerror(status));
+        kh_conn_close(c);
+        return;
+    }
+    apply_timer(c);
+    kh__conn_flush(c);
+}
+
+/* The socket took no more: wait until it is writable, with the write progress checks. */
+static int file_wait(kh_conn *c, kh_file_op *f, int sfd)
+{
+    if (f->pfd < 0) {
+        f->pfd = dup(sfd);
+        if (f->pfd < 0)
+            return -1;
+        if (uv_poll_init(&c->w->loop, &f->poll, f->pfd) != 0) {
+            close(f->pfd);
+            f->pfd = -1;
+            return -1;
+        }
+        f->poll.data = f;
+    }
+    if (uv_poll_start(&f->poll, UV_WRITABLE, file_writable) != 0)
+        return -1;
+    f->polling = 1;
+    f->unacked = unacked(c);
+    uv_update_time(&c->w->loop);
+    f->progress_ms = uv_now(&c->w->loop);
+    kh_timeq_add(&c->w->timeq[KH_TO_WRITE_CHECK], &c->timer, f->progress_ms);
+    return 0;
+}
+
+/* Sends the queued file bodies in order (each: the bytes before it with MSG_MORE, then the file
+ * with sendfile until the socket takes no more). Returns 1 while a file body is still queued
+ * (sending waits for the socket or for `writing`), 0 when none is left, -1 after closing. */
+static int file_out(kh_conn *c)
+{
+    uv_os_fd_t sfd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &sfd) != 0) {
+        kh_conn_close(c);
+        return -1;
+    }
+    while (c->file) {
+        kh_file_op *f = c->file;
+        if (c->writing || f->polling)
+            return 1;
+        /* a body in several writes: its last short segment must not wait for Nagle */
+        if (!(c->flags & KH_CONN_F_NODELAY))
+            set_nodelay(c);
+        c->flags |= KH_CONN_F_WROTE;
+        while (f->hoff < f->head.len) {
+            ssize_t n = send(sfd, f->head.base + f->hoff, f->head.len - f->hoff,
+                             MSG_NOSIGNAL | MSG_DONTWAIT | (f->left ? MSG_MORE : 0));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && errno != EAGAIN) {
+                KH_LOG_DEBUG("c%u write: %s", c->id, strerror(errno));
+                kh_conn_close(c);
+                return -1;
+            }
+            if (n < 0)
+                goto wait;
+            f->hoff += (size_t)n;
+        }
+        while (f->left) {
+            size_t want = f->left > ((size_t)1 << 30) ? ((size_t)1 << 30) : (size_t)f->left;
+            off_t off = (off_t)f->off;
+            ssize_t n = sendfile(sfd, f->fd, &off, want);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && errno == EAGAIN)
+                goto wait;
+            if (n <= 0) {
+                /* n == 0: the file shrank after its length was promised; the reply cannot end */
+                KH_LOG_WARN("c%u sendfile: %s: closing", c->id,
+                            n == 0 ? "the file shrank during the reply" : strerror(errno));
+                kh_conn_close(c);
+                return -1;
+            }
+            f->off += n;
+            f->left -= (uint64_t)n;
+        }
+        c->file = f->next;
+        file_op_free(f);
+        /* the protocol may wait for the queue to go down (h1: pipelined requests): look again */
+        kh_worker_schedule_flush(c->w, c);
+        continue;
+    wait:
+        if (file_wait(c, f, sfd) != 0) {
+            kh_conn_close(c);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
 }
 
 void kh_conn_end_after_write(kh_conn *c)
@@ -601,6 +783,11 @@ void kh__conn_flush(kh_conn *c)
         more = c->proto->on_flush(c);
         if (c->flags & KH_CONN_F_CLOSING)
             return;
+    }
+    if (c->file) {
+        int r = file_out(c);
+        if (r != 0)
+            return; /* closed, or a file body still goes first: it flushes again when done */
     }
     write_out(c, more);
     if (c->flags & KH_CONN_F_CLOSING)

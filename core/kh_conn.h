@@ -1,6 +1,6 @@
 /* kh_conn.h: a TCP connection and the narrow interface to the protocol that runs on it.
  * Owns:  the uv_tcp_t, the unconsumed input (in), the output queue (out, plus one in-flight
- *        write), its timeout entry, the protocol's inline state, and on a TLS listener its
+ *        write, plus file bodies sent by sendfile on cleartext: kh_conn_sendfile), its timeout entry, the protocol's inline state, and on a TLS listener its
  *        kh_tls transport (then `in` and `out` hold plaintext).
  * In:    bytes from the socket (lent from the worker's read slab), protocol output, timeouts;
  *        the worker's flush pass and stop walks through its registry entry (wc).
@@ -68,6 +68,7 @@ struct kh_conn {
     kh_buf in;
     kh_buf out;
     struct kh_write_op *writing; /* the one write libuv holds, or NULL */
+    struct kh_file_op *file;     /* file bodies queued after `writing` (kh_conn_sendfile), or NULL */
     kh_timer timer;
     uint8_t timer_kind;  /* what the protocol waits for (enum kh_timeout_kind) */
     uint8_t listener;    /* index of the listener that accepted it (cfg->listens), mod 256 */
@@ -93,7 +94,18 @@ void kh_conn_write(kh_conn *c, const void *p, size_t n);
 char *kh_conn_out_reserve(kh_conn *c, size_t n);
 void kh_conn_out_commit(kh_conn *c, size_t n);
 
-/* Bytes accepted for output and not yet written to the socket (out plus the in-flight write). */
+/* A file body (cleartext only): n bytes of fd from off go out with sendfile(2) after what is
+ * queued now, and what is queued later waits for them. The connection owns fd from here (closes
+ * it when sent or when the connection closes). The bytes queued before it go out first with
+ * MSG_MORE, so that a response head and its first file bytes share packets (nginx's
+ * tcp_nopush). A socket that takes no more is waited on with a uv_poll on a dup of its fd
+ * (made on the first EAGAIN only), timed by the same progress checks as a pending write
+ * (write_timeout_ms without progress closes). Pages not in the page cache are read by sendfile
+ * on the loop, as nginx does with `sendfile on` and no aio. */
+void kh_conn_sendfile(kh_conn *c, int fd, int64_t off, uint64_t n);
+
+/* Bytes accepted for output and not yet written to the socket (out, the in-flight write and
+ * file bodies not yet sent). */
 size_t kh_conn_out_pending(const kh_conn *c);
 
 /* Input flow: pause stops reading (bytes already received stay in `in`); resume offers `in` to

@@ -18,7 +18,8 @@
  * consumes. A GET with Upgrade + Connection: upgrade is marked a tunnel request (the Upgrade's
  * first token); accepted, it answers 101 and enters PH_TUNNEL: bytes both ways, no body cap, no
  * header/body timeout but KH_TO_TUNNEL, the peer's FIN as the end of its input, the app's fin
- * closing the connection once written. */
+ * closing the connection once written. A file body (sink file) on a cleartext connection goes
+ * to kh_conn_sendfile (sendfile(2), after the head); on TLS the app reads and sends data. */
 #include "kh_h1.h"
 
 #include <stdio.h>
@@ -758,6 +759,19 @@ static int h1_data(kh_stream *s, const char *p, size_t n, int fin)
     return 0;
 }
 
+/* A file body: sendfile on a cleartext connection with a Content-Length framed response (the
+ * connection owns fd from here); TLS needs the bytes for its records, chunked its framing. */
+static int h1_file(kh_stream *s, int fd, int64_t off, uint64_t n, int fin)
+{
+    kh_conn *c = s->proto;
+    if (c->tls || HS(s)->resp_chunked || H(c)->phase == PH_TUNNEL)
+        return UV_ENOTSUP;
+    kh_conn_sendfile(c, fd, off, n);
+    if (fin)
+        response_done(c, s);
+    return 0;
+}
+
 static void h1_want_body(kh_stream *s)
 {
     kh_conn *c = s->proto;
@@ -842,6 +856,7 @@ static const kh_sink_vt h1_sink = {
     .name = "h1",
     .head = h1_head,
     .data = h1_data,
+    .file = h1_file,
     .want_body = h1_want_body,
     .reset = h1_reset,
     .alt_svc = kh_conn_alt_svc,

@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "kh_app.h"
 #include "kh_compress.h"
@@ -670,6 +671,32 @@ int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin)
         kh_worker_access_log(s->worker, s);
     }
     return s->sink->data(s, p, n, fin);
+}
+
+int kh_stream_send_file(kh_stream *s, int fd, int64_t off, uint64_t n, int fin)
+{
+    if (s->proto == NULL)
+        return KH_ECLOSED;
+    if (!(s->flags & KH_STREAM_F_HEAD_SENT) || (s->flags & KH_STREAM_F_ENDED))
+        return KH_EPROTO;
+    if ((s->flags & KH_STREAM_F_HEAD_METHOD) || s->status == 304 || n == 0) {
+        int r = kh_stream_send_data(s, NULL, 0, fin);
+        if (r == 0)
+            close(fd);
+        return r;
+    }
+    if (s->sink->file == NULL || s->compress != NULL)
+        return UV_ENOTSUP;
+    int r = s->sink->file(s, fd, off, n, 0);
+    if (r != 0)
+        return r;
+    s->bytes_sent += n;
+    if (fin) {
+        s->flags |= KH_STREAM_F_ENDED;
+        kh_worker_access_log(s->worker, s);
+        return s->sink->data(s, NULL, 0, 1);
+    }
+    return 0;
 }
 
 int kh_stream_cut(kh_stream *s)

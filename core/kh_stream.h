@@ -29,6 +29,10 @@
  *    end (KH_BODY_COMPLETE), and kh_stream_send_data carries outbound bytes, fin ending the
  *    tunnel (h1 closes the connection, h2 ends the stream). tunnel_idle_timeout_ms is per
  *    tunnel on h2 and h3 (each resets the idle stream alone), per connection on h1.
+ *  - File bodies: kh_stream_send_file hands an open file's range to the sink's optional file
+ *    operation (h1 cleartext: kh_conn_sendfile, the kernel copies from the page cache, no
+ *    read into memory, no thread-pool hop); a protocol that needs the bytes (TLS records, h2
+ *    DATA frames, h3, compression) says UV_ENOTSUP and the app reads and sends data.
  *  - A slow consumer (k.send_to past stream_out_cap) is ended with kh_stream_cut: fin, then
  *    the protocol drops what the peer has not taken and frees the stream (sink cut: h2).
  *  - Memory of an idle tunnel (issue 10 item 8): a held h1 tunnel (F_TUNNEL | F_HELD, no
@@ -105,6 +109,11 @@ typedef struct kh_sink_vt {
      * Connection: Upgrade, Upgrade: <s->tunnel_proto> and h; h2 sends a 200 with h and no
      * content-length. Then both carry raw bytes both ways (see the file comment). */
     int (*tunnel)(kh_stream *s, const kh_header *h, size_t n);
+    /* Optional: queues n bytes of the open file fd from offset off as body (kh_stream_send_file)
+     * and takes fd (closes it when sent or when the connection goes); fin as for data. Returns
+     * UV_ENOTSUP, fd still the caller's, where the protocol needs the bytes themselves (TLS,
+     * chunked framing): the caller reads and sends data instead. h1 cleartext: sendfile(2). */
+    int (*file)(kh_stream *s, int fd, int64_t off, uint64_t n, int fin);
     /* Optional: the protocol's pointer to s now points to t (kh_stream_compact); NULL: the
      * protocol's streams never move (h2, h3: their maps and nghttp2 / nghttp3 hold them). */
     void (*moved)(kh_stream *s, kh_stream *t);
@@ -254,6 +263,12 @@ void kh_stream_on_reset(kh_stream *s, int err);
 int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,
                         int64_t content_length);
 int kh_stream_send_data(kh_stream *s, const char *p, size_t n, int fin);
+/* Body from a file: n bytes of fd from off, with fin, through the sink's file operation (the
+ * kernel copies: sendfile on h1 cleartext). 0: fd is the protocol's now (closed by it);
+ * UV_ENOTSUP (no file operation on this protocol or connection, or the body is compressed):
+ * nothing was sent and fd is still the caller's, who reads and calls send_data instead; other
+ * errors as send_data (fd still the caller's). A HEAD request sends the fin only (fd closed). */
+int kh_stream_send_file(kh_stream *s, int fd, int64_t off, uint64_t n, int fin);
 /* head + whole body in one go, Content-Length set; HEAD requests get the head only. */
 int kh_stream_respond(kh_stream *s, int status, const kh_header *h, size_t n, const char *body,
                       size_t len);

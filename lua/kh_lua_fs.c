@@ -1,7 +1,9 @@
 /* kh_lua_fs.c: file reads for k.static without blocking the loop: core.fs_stat, fs_realpath,
  * fs_read, fs_open, fs_pread run as libuv fs requests on libuv's thread pool and resume the
  * coroutine. fs_open gives a file handle (streamed replies): one fd and one read buffer reused by
- * every fs_pread of the handle, closed by fs_close or by the handle's __gc.
+ * every fs_pread of the handle, closed by fs_close or by the handle's __gc. fs_sendfile hands a
+ * handle's fd to the response (kh_stream_send_file: sendfile on h1 cleartext), when the protocol
+ * can take it.
  * Owns:  one kh_lua_fsreq per pending call (its uv_fs_t, path, buffer, open fd), freed when the
  *        last libuv callback of the call ran, even after the coroutine was abandoned; one
  *        kh_lua_file per handle (fd + buffer), freed by __gc/fs_close, or by the pending read's
@@ -320,6 +322,42 @@ static int l_close(lua_State *L)
     return 0;
 }
 
+/* fs_sendfile(s, gen, handle, offset, len) -> true: the response's body is the file's bytes
+ * [offset, offset + len) and the response is complete (kh_stream_send_file: sendfile on h1
+ * cleartext); the handle's fd went with it (fs_close stays harmless). false: this protocol
+ * needs the bytes (TLS, h2, h3, compression): read them with fs_pread and write them. nil,
+ * "closed": the client left. */
+static int l_sendfile(lua_State *L)
+{
+    kh_stream *s = lua_touserdata(L, 1);
+    if (s == NULL)
+        return luaL_argerror(L, 1, "not a request");
+    kh_lua_file **ph = luaL_checkudata(L, 3, FILE_MT);
+    int64_t off = (int64_t)luaL_checknumber(L, 4);
+    double len = luaL_checknumber(L, 5);
+    kh_lua_file *h = *ph;
+    if (h == NULL || h->busy || h->fd < 0 || off < 0 || len < 0)
+        return luaL_error(L, "fs_sendfile: bad handle or range");
+    if (s->gen != (uint32_t)lua_tointeger(L, 2) || s->proto == NULL) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "closed");
+        return 2;
+    }
+    int r = kh_stream_send_file(s, h->fd, off, (uint64_t)len, 1);
+    if (r == UV_ENOTSUP) {
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    if (r != 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "closed");
+        return 2;
+    }
+    h->fd = -1; /* the protocol's now */
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 void kh__lua_fs_abandon(kh_lua_co *c)
 {
     if (c->fs) {
@@ -333,6 +371,7 @@ void kh__lua_open_fs(lua_State *L, kh_lua *K)
     static const luaL_Reg fns[] = {
         {"fs_stat", l_stat},   {"fs_realpath", l_realpath}, {"fs_read", l_read},
         {"fs_open", l_open},   {"fs_pread", l_pread},       {"fs_close", l_close},
+        {"fs_sendfile", l_sendfile},
         {NULL, NULL}};
     if (luaL_newmetatable(L, FILE_MT)) {
         lua_pushcfunction(L, l_close);

@@ -11,9 +11,11 @@
 -- If-None-Match / If-Modified-Since, one byte range (206, Content-Range; 416 when it starts past
 -- the end; several ranges get the whole file, 200), precompressed .br/.zst/.gz siblings by
 -- Accept-Encoding (with Vary). A file up to cache.file_bytes (64 KiB) is read whole and answered
--- from memory; a larger one is streamed with Content-Length: 64 KiB reads into one buffer per
--- reply (core.fs_open/fs_pread), each written under the stream's backpressure (res:write's
--- seam), so a download holds about stream_high_water + 64 KiB whatever the file's size.
+-- from memory; a larger one is sent with Content-Length: on h1 cleartext by sendfile(2) from the
+-- loop (core.fs_sendfile, kh_stream_send_file: no read into memory, no thread-pool hop per
+-- chunk); over TLS, h2 and h3 as 64 KiB reads into one buffer per reply (core.fs_open/fs_pread),
+-- each written under the stream's backpressure (res:write's seam), so a download holds about
+-- stream_high_water + 64 KiB whatever the file's size.
 -- Per-worker cache (opts.cache, see resolve below): realpath+stat results and small files'
 -- bytes, revalidated after cache.valid seconds, so a hot small file needs no thread-pool hop.
 -- opts.max_bytes (the old in-memory cap) is accepted and ignored: nothing large is read whole.
@@ -27,6 +29,7 @@ local type, tonumber, tostring, find, sub, lower, format, floor, concat =
     table.concat
 local fs_stat, fs_realpath, fs_read = core.fs_stat, core.fs_realpath, core.fs_read
 local fs_open, fs_pread, fs_close = core.fs_open, core.fs_pread, core.fs_close
+local fs_sendfile = core.fs_sendfile
 local respond, write, now_s = core.respond, core.stream_write, core.now
 local next, ipairs, rawset, error = next, ipairs, rawset, error
 
@@ -175,8 +178,10 @@ end
 
 local CHUNK = 65536
 
--- Streams bytes first..first+n-1 of file with Content-Length n: 64 KiB reads into the handle's
--- one buffer, each written under backpressure (waits while stream_high_water bytes are queued).
+-- Sends bytes first..first+n-1 of file with Content-Length n: on h1 cleartext the open file goes
+-- to the connection (core.fs_sendfile: sendfile(2) from the loop, the head first with MSG_MORE);
+-- elsewhere (TLS, h2, h3, compression) 64 KiB reads into the handle's one buffer, each written
+-- under backpressure (waits while stream_high_water bytes are queued).
 local function stream_file(req, res, status, headers, file, first, n)
     local h
     if req.method ~= "HEAD" and n > 0 then
@@ -192,6 +197,11 @@ local function stream_file(req, res, status, headers, file, first, n)
     rawset(res, "_streaming", true)
     if ok == nil or not h then
         if h then fs_close(h) end
+        return
+    end
+    local sent, gone = fs_sendfile(res._s, res._g, h, first, n)
+    if sent or gone then -- the kernel sends it (h1 cleartext), or the client left
+        fs_close(h)
         return
     end
     local off, last = first, first + n

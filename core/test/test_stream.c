@@ -51,7 +51,7 @@ static void rec_reset(kh_stream *s, int err)
 }
 
 static const kh_sink_vt rec_sink = {"rec", rec_head, rec_data, rec_want_body, rec_reset,
-                                     NULL, NULL, NULL, NULL, NULL, NULL};
+                                     NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 static kh_worker W;
 static kh_config cfg;

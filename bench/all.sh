@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/all.sh - the whole comparison set in one go (< 20 min on the 2-core VM), every script on
+# bench/all.sh - the whole comparison set in one go, every script on
 # the noisy-box method of bench/lib/common.sh (servers alternated within each round, ROUNDS kept
 # rounds, disturbed rounds discarded and redone, medians with their spread, per-round ratios to
 # nginx + lua with a bootstrap interval), and one summary table that the README cites:
 # bench/results/summary-<date>.md (each script's own result file is listed at its end).
 #
-#   bench/all.sh                                     # ~15 min
+#   bench/all.sh                                     # ~35 min: http1..websocket took 26 min on 2026-12-02 (compress 7 of them, now gzip only)
 #   ROUNDS=2 DURATION=2 SMALL=1 bench/all.sh         # smoke run (~4 min): proves the chain, no figures
 #
 # Env: ROUNDS=5 DURATION=5 (s per load window of http1 tls h2) XDURATION (the other sets' windows,
@@ -75,7 +75,7 @@ for s in $SETS; do
     json) run_set json env N=$JN bench/json.sh ;;
     startup) run_set startup env RUNS=$SRUNS bench/startup.sh ;;
     static) run_set static env DURATION=$XD bench/static.sh ;;
-    compress) run_set compress env DURATION=$XD CODINGS="gzip br zstd" GZIP_LEVELS=5 bench/compress.sh ;;
+    compress) run_set compress env DURATION=$XD CODINGS=gzip GZIP_LEVELS=5 bench/compress.sh ;; # every coding: ~7 min
     websocket) run_set websocket env KHAMSIN_BIN=build-release/khamsin IDLE_N=$WSN IDLE_N_TLS=$((WSN / 2)) IDLE_N_H2=$((WSN / 2)) ECHO_SECONDS=$XD \
                  BCAST_N=$WSN bench/websocket.sh ;;
     streams) run_set streams env N=$WSN WARM=$((WSN / 2)) CASES="h1 h2" bench/streams.sh ;;

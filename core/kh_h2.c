@@ -69,16 +69,7 @@
 #include "kh_h1_parse.h"
 #include "kh_log.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define KH_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KH_ASAN 1
-#endif
-#endif
-#ifdef KH_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
+#include "kh_asan.h"
 
 enum {
     H2_SHUTDOWN = 1u << 0,  /* GOAWAY sent for a graceful stop */

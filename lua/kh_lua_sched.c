@@ -62,16 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define KH_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KH_ASAN 1
-#endif
-#endif
-#ifdef KH_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
+#include "kh_asan.h"
 
 #include "kh_err.h"
 #include "kh_log.h"

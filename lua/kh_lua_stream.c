@@ -18,13 +18,7 @@
 #include <malloc.h>
 #include <string.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define KH_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KH_ASAN 1
-#endif
-#endif
+#include "kh_asan.h"
 #ifdef KH_ASAN
 /* libasan's (sanitizer/allocator_interface.h, which GCC 12 does not ship) */
 size_t __sanitizer_get_current_allocated_bytes(void);

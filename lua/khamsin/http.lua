@@ -312,6 +312,20 @@ local function read_s(o)
     return r < left and r or left
 end
 
+-- Before a send: the socket's send and read timeouts set to what is left of the call (read_s);
+-- false when the deadline has passed. o.rw_s is what the socket has now (once() set them): while
+-- the loop's time has not moved (nothing yielded since), read_s gives the same value and the
+-- call would only set them again.
+local function arm_send(sock, o)
+    local t = read_s(o)
+    if not t then return false end
+    if t ~= o.rw_s then
+        c_settimeouts(sock, nil, t, t)
+        o.rw_s = t
+    end
+    return true
+end
+
 -- The connection after a response: back to the pool when it can be reused, else closed; the
 -- socket object then serves another request.
 local function h1_release(sock, o, reusable, leftover)
@@ -344,12 +358,7 @@ local function h1_upload(sock, o)
         if n > 0 then
             sent = sent + n
             if cl and sent > cl then return nil, "request body longer than its Content-Length" end
-            local t = read_s(o)
-            if not t then return nil, "timeout" end
-            if t ~= o.rw_s then
-                c_settimeouts(sock, nil, t, t)
-                o.rw_s = t
-            end
+            if not arm_send(sock, o) then return nil, "timeout" end
             local okw, werr = waited(c_send(sock, cl and chunk
                 or (format("%x\r\n", n) .. chunk .. "\r\n")))
             if not okw then return nil, werr end
@@ -359,12 +368,7 @@ local function h1_upload(sock, o)
         if sent ~= cl then return nil, "request body shorter than its Content-Length" end
         return true
     end
-    local t = read_s(o)
-    if not t then return nil, "timeout" end
-    if t ~= o.rw_s then
-        c_settimeouts(sock, nil, t, t)
-        o.rw_s = t
-    end
+    if not arm_send(sock, o) then return nil, "timeout" end
     local okw, werr = waited(c_send(sock, "0\r\n\r\n"))
     if not okw then return nil, werr end
     return true
@@ -381,15 +385,7 @@ local function h1_exchange(sock, o, u)
         c_close(sock)
         raise("k.http.request: " .. rerr)
     end
-    local t = read_s(o)
-    if not t then return nil, "timeout" end
-    -- o.rw_s: the send and read timeouts the socket has (once() set them): while the loop's
-    -- time has not moved (nothing yielded since), read_s gives the same value, and the call
-    -- would only set them again
-    if t ~= o.rw_s then
-        c_settimeouts(sock, nil, t, t)
-        o.rw_s = t
-    end
+    if not arm_send(sock, o) then return nil, "timeout" end
     local okw, werr = waited(c_send(sock, body and #body < 65536 and (req .. body) or req))
     if okw and body and #body >= 65536 then okw, werr = waited(c_send(sock, body)) end
     if not okw then return nil, werr, not o.body_pulled end
@@ -402,7 +398,7 @@ local function h1_exchange(sock, o, u)
     local pending, done, reusable, leftover = "", false, false, 0
     -- reads until the head arrives (body bytes that came with it wait in pending)
     while not status do
-        t = read_s(o)
+        local t = read_s(o)
         if not t then return nil, "timeout" end
         if t ~= o.rw_s then
             c_settimeouts(sock, nil, nil, t)

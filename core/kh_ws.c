@@ -6,10 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-void kh_ws_parser_init(kh_ws_parser *p, uint64_t max_frame, int rsv1_ok)
+/* a message assembled from several frames or inputs */
+typedef struct kh_ws_msg {
+    size_t len, cap;
+    uint8_t data[];
+} kh_ws_msg;
+
+void kh_ws_parser_init(kh_ws_parser *p, int rsv1_ok)
 {
     memset(p, 0, sizeof *p);
-    p->max_frame = max_frame;
     p->rsv1_ok = (uint8_t)!!rsv1_ok;
 }
 
@@ -27,7 +32,7 @@ static size_t header_need(const uint8_t *h, size_t fill)
 }
 
 /* Checks a complete header and sets up the payload. Returns 0 or a negative close code. */
-static int header_done(kh_ws_parser *p)
+static int header_done(kh_ws_parser *p, uint64_t max_frame)
 {
     const uint8_t *h = p->hdr;
     uint8_t op = h[0] & 0x0f, fin = h[0] >> 7, rsv1 = (h[0] >> 6) & 1;
@@ -65,7 +70,7 @@ static int header_done(kh_ws_parser *p)
     } else {
         return -KH_WS_CLOSE_PROTOCOL; /* reserved opcodes 3-7 */
     }
-    if (len > p->max_frame)
+    if (len > max_frame)
         return -KH_WS_CLOSE_TOO_BIG;
     p->opcode = op;
     p->fin = fin;
@@ -103,7 +108,8 @@ static void unmask(uint8_t *b, size_t n, const uint8_t m[4], uint8_t *off)
     *off = o;
 }
 
-int kh_ws_parse(kh_ws_parser *p, uint8_t *buf, size_t n, size_t *used, kh_ws_chunk *c)
+int kh_ws_parse(kh_ws_parser *p, uint64_t max_frame, uint8_t *buf, size_t n, size_t *used,
+                kh_ws_chunk *c)
 {
     size_t i = 0;
     while (!p->in_payload) {
@@ -118,7 +124,7 @@ int kh_ws_parse(kh_ws_parser *p, uint8_t *buf, size_t n, size_t *used, kh_ws_chu
         }
         if (p->hdr_fill == header_need(p->hdr, p->hdr_fill)) {
             p->hdr_fill = 0;
-            int r = header_done(p);
+            int r = header_done(p, max_frame);
             if (r < 0) {
                 *used = i;
                 return r;
@@ -231,21 +237,17 @@ int kh_ws_utf8(uint32_t *state, const uint8_t *p, size_t n)
 
 /* ---- session ---- */
 
-void kh_ws_conn_init(kh_ws_conn *w, uint64_t max_message, uint64_t max_frame, int deflate,
-                     const kh_ws_cbs *cb, void *ud)
+void kh_ws_conn_init(kh_ws_conn *w, const kh_ws_cfg *cfg, int deflate)
 {
     memset(w, 0, sizeof *w);
-    kh_ws_parser_init(&w->p, max_frame, deflate && cb->inflate);
-    w->cb = cb;
-    w->ud = ud;
-    w->max_message = max_message;
+    kh_ws_parser_init(&w->p, deflate && cfg->cb.inflate);
+    w->cfg = cfg;
 }
 
 static void msg_free(kh_ws_conn *w)
 {
     free(w->msg);
     w->msg = NULL;
-    w->msg_len = w->msg_cap = 0;
 }
 
 void kh_ws_conn_free(kh_ws_conn *w)
@@ -259,7 +261,7 @@ static void send_frame(kh_ws_conn *w, int op, const uint8_t *p, size_t n)
 {
     uint8_t hdr[KH_WS_HDR_MAX];
     size_t hl = kh_ws_frame_header(hdr, op, 1, 0, n);
-    w->cb->send(w->ud, hdr, hl, p, n);
+    w->cfg->cb.send(w, hdr, hl, p, n);
 }
 
 static void send_close(kh_ws_conn *w, unsigned code, const uint8_t *reason, size_t n)
@@ -312,8 +314,8 @@ static int control(kh_ws_conn *w, int op, const uint8_t *p, size_t n)
         return KH_WS_OK;
     }
     if (op == KH_WS_OP_PONG) {
-        if (w->cb->pong)
-            w->cb->pong(w->ud, p, n);
+        if (w->cfg->cb.pong)
+            w->cfg->cb.pong(w, p, n);
         return KH_WS_OK;
     }
     /* close */
@@ -341,22 +343,26 @@ static int append(kh_ws_conn *w, const uint8_t *p, size_t n)
 {
     if (n == 0)
         return 0;
-    if (n > w->max_message - w->msg_len)
+    kh_ws_msg *m = w->msg;
+    size_t len = m ? m->len : 0, have = m ? m->cap : 0;
+    uint64_t max = w->cfg->max_message;
+    if (n > max - len)
         return -1;
-    if (w->msg_len + n > w->msg_cap) {
-        size_t cap = w->msg_cap ? w->msg_cap : 256;
-        while (cap < w->msg_len + n)
+    if (len + n > have) {
+        size_t cap = have ? have : 256;
+        while (cap < len + n)
             cap *= 2;
-        if (cap > w->max_message)
-            cap = (size_t)w->max_message;
-        uint8_t *m = realloc(w->msg, cap);
+        if (cap > max)
+            cap = (size_t)max;
+        m = realloc(m, sizeof *m + cap);
         if (!m)
             return -1;
+        m->len = len;
+        m->cap = cap;
         w->msg = m;
-        w->msg_cap = cap;
     }
-    memcpy(w->msg + w->msg_len, p, n);
-    w->msg_len += n;
+    memcpy(m->data + len, p, n);
+    m->len = len + n;
     return 0;
 }
 
@@ -368,7 +374,7 @@ static int deliver(kh_ws_conn *w, const uint8_t *p, size_t n)
     uint8_t *inflated = NULL;
     if (w->msg_deflated) {
         size_t outlen = 0;
-        r = w->cb->inflate(w->ud, p, n, w->max_message, &inflated, &outlen);
+        r = w->cfg->cb.inflate(w, p, n, w->cfg->max_message, &inflated, &outlen);
         if (r)
             return -r;
         p = inflated;
@@ -384,7 +390,7 @@ static int deliver(kh_ws_conn *w, const uint8_t *p, size_t n)
         return -KH_WS_CLOSE_INVALID_DATA; /* ends inside a character */
     }
     w->msg_op = 0;
-    r = w->cb->message(w->ud, binary, p, n);
+    r = w->cfg->cb.message(w, binary, p, n);
     free(inflated);
     msg_free(w);
     return r ? 1 : 0;
@@ -400,7 +406,7 @@ int kh_ws_conn_feed(kh_ws_conn *w, uint8_t *buf, size_t n, size_t *used)
     }
     while (pos < n) {
         size_t u = 0;
-        int r = kh_ws_parse(&w->p, buf + pos, n - pos, &u, &c);
+        int r = kh_ws_parse(&w->p, w->cfg->max_frame, buf + pos, n - pos, &u, &c);
         pos += u;
         if (r == 0)
             break;
@@ -441,12 +447,13 @@ int kh_ws_conn_feed(kh_ws_conn *w, uint8_t *buf, size_t n, size_t *used)
             w->msg_op = c.opcode;
             w->msg_deflated = c.rsv1;
             w->utf8 = 0;
-            w->msg_len = 0;
+            if (w->msg)
+                w->msg->len = 0;
         }
         if (w->close_sent)
             continue; /* closing: data is dropped until the peer's close frame */
         int last = c.frame_end && c.fin, text = w->msg_op == KH_WS_OP_TEXT;
-        if (last && c.frame_first && w->msg_len == 0 && !w->msg_deflated) {
+        if (last && c.frame_first && (w->msg == NULL || w->msg->len == 0) && !w->msg_deflated) {
             /* the whole message is in buf: no copy */
             if (text && (kh_ws_utf8(&w->utf8, c.data, c.len) < 0 || w->utf8))
                 r = -KH_WS_CLOSE_INVALID_DATA;
@@ -461,7 +468,8 @@ int kh_ws_conn_feed(kh_ws_conn *w, uint8_t *buf, size_t n, size_t *used)
             if (text && !w->msg_deflated && kh_ws_utf8(&w->utf8, c.data, c.len) < 0)
                 r = -KH_WS_CLOSE_INVALID_DATA;
             else
-                r = last ? deliver(w, w->msg, w->msg_len) : 0;
+                r = !last ? 0 : w->msg ? deliver(w, w->msg->data, w->msg->len)
+                                       : deliver(w, NULL, 0); /* (empty fragments only) */
         }
         if (r < 0) {
             *used = n;

@@ -4,14 +4,16 @@
  * pong), and the encoder of server frames. It sees nothing but bytes: the handshake (101 on h1,
  * 200 to an extended CONNECT on h2) is done before it, by the protocol (kh_ws_handshake.h), and the
  * transport is whatever carries the tunnel (a kh_stream).
- * Owns:  a session's message buffer (malloc, at most max_message bytes, freed after each message;
+ * Owns:  a session's message block (malloc: the bytes of a message split across frames or inputs
+ *        with their length and room, at most max_message bytes, freed after each message;
  *        a message that arrives whole in one unfragmented, uncompressed frame is delivered from the
  *        input itself, with no copy) and a 125-byte control-frame buffer, malloc'd only while a
  *        control frame split across inputs is assembled (a whole one is read from the input):
  *        an idle session holds no buffer (memory per idle WebSocket, bench/README.md).
  * In:    kh_ws_conn_feed(bytes): the caller's buffer, unmasked in place and consumed by offset
  *        (no memmove per frame); partial frames are kept as parser state, never as bytes.
- * Out:   kh_ws_cbs callbacks: message, send (one frame: header + payload, to be copied), pong.
+ * Out:   kh_ws_cbs callbacks (shared by all sessions through a kh_ws_cfg, with the limits):
+ *        message, send (one frame: header + payload, to be copied), pong.
  * Never: does I/O, keeps a clock (the idle timeout belongs to the caller), or calls back into the
  *        session from a callback. */
 #ifndef KH_WS_H
@@ -45,7 +47,6 @@ enum {
 /* ---- frame parser ---- */
 
 typedef struct kh_ws_parser {
-    uint64_t max_frame;  /* payload bytes of one frame (1009 above) */
     uint64_t left;       /* payload bytes of the current frame still to come */
     uint8_t hdr[14];     /* a frame header split across inputs */
     uint8_t hdr_fill;
@@ -66,12 +67,13 @@ typedef struct kh_ws_chunk {
     uint8_t frame_end;   /* the last chunk of this frame */
 } kh_ws_chunk;
 
-void kh_ws_parser_init(kh_ws_parser *p, uint64_t max_frame, int rsv1_ok);
-/* Parses from buf[0..n). Returns 1 with *c set (a piece of one frame's payload, possibly empty),
+void kh_ws_parser_init(kh_ws_parser *p, int rsv1_ok);
+/* Parses from buf[0..n); a frame whose payload is over max_frame bytes is refused (1009). Returns 1 with *c set (a piece of one frame's payload, possibly empty),
  * 0 when all n bytes were consumed with no chunk to give, or a negative close code (-1002,
  * -1009) when the input breaks RFC 6455; *used is the count of bytes consumed in every case.
  * Unmasks the payload in place. */
-int kh_ws_parse(kh_ws_parser *p, uint8_t *buf, size_t n, size_t *used, kh_ws_chunk *c);
+int kh_ws_parse(kh_ws_parser *p, uint64_t max_frame, uint8_t *buf, size_t n, size_t *used,
+                kh_ws_chunk *c);
 
 /* ---- encoder ---- */
 
@@ -91,44 +93,58 @@ int kh_ws_utf8(uint32_t *state, const uint8_t *p, size_t n);
 
 /* ---- session ---- */
 
+typedef struct kh_ws_conn kh_ws_conn;
+
+/* The callbacks get the session; the caller embeds it in its own per-socket state and finds
+ * that with KH_CONTAINER_OF (no user pointer per session: memory per idle WebSocket). */
 typedef struct kh_ws_cbs {
     /* A whole message (text is valid UTF-8, compressed ones inflated); p lives only during the
      * call. Return 0 to go on, 1 to pause: kh_ws_conn_feed returns KH_WS_PAUSED right after it. */
-    int (*message)(void *ud, int binary, const uint8_t *p, size_t n);
+    int (*message)(kh_ws_conn *w, int binary, const uint8_t *p, size_t n);
     /* One frame to send: the header, then the payload. The callee copies both. */
-    void (*send)(void *ud, const uint8_t *hdr, size_t hlen, const uint8_t *p, size_t n);
+    void (*send)(kh_ws_conn *w, const uint8_t *hdr, size_t hlen, const uint8_t *p, size_t n);
     /* A pong arrived (may be NULL). */
-    void (*pong)(void *ud, const uint8_t *p, size_t n);
+    void (*pong)(kh_ws_conn *w, const uint8_t *p, size_t n);
     /* Inflates a compressed message (permessage-deflate, kh_ws_deflate.h); NULL when not
      * negotiated. Returns 0 with *out (malloc'd, freed by the session) or a close code. */
-    int (*inflate)(void *ud, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
+    int (*inflate)(kh_ws_conn *w, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
                    size_t *outlen);
 } kh_ws_cbs;
 
+/* What the sessions of one owner share (the Lua binding: one per worker, in its per-worker
+ * state): the callbacks and the limits. It outlives every session that points to it. */
+typedef struct kh_ws_cfg {
+    kh_ws_cbs cb;
+    uint64_t max_message; /* bytes of one message, assembled or inflated (1009 above) */
+    uint64_t max_frame;   /* payload bytes of one frame (1009 above) */
+} kh_ws_cfg;
+
 enum { KH_WS_OK = 0, KH_WS_PAUSED = 1, KH_WS_CLOSED = 2 };
 
-typedef struct kh_ws_conn {
+/* 80 bytes: an idle WebSocket keeps one inside its ws object (lua/kh_lua_ws.c), so what only
+ * a message split across inputs needs (its bytes, their length and room) is one pointer to a
+ * block that exists while such a message is assembled, and the split control frame's 125
+ * bytes another (was 120 bytes with the limits, callbacks, user pointer and the message's
+ * length and room inline; bench/README.md "Memory per idle WebSocket"). */
+struct kh_ws_conn {
     kh_ws_parser p;
-    const kh_ws_cbs *cb;
-    void *ud;
-    uint64_t max_message;
-    uint8_t *msg;         /* the message being assembled (NULL between messages) */
-    size_t msg_len, msg_cap;
+    const kh_ws_cfg *cfg;
+    struct kh_ws_msg *msg; /* the message being assembled (NULL between messages) */
+    uint8_t *ctl;         /* 125 bytes while a split control frame is assembled, else NULL */
     uint32_t utf8;        /* kh_ws_utf8 state of the text message being assembled */
     uint8_t msg_op;       /* KH_WS_OP_TEXT/BINARY while a message is open, else 0 */
     uint8_t msg_deflated; /* its first frame had RSV1 */
     uint8_t ctl_len;
     uint8_t close_sent, close_received, closed;
     uint16_t close_code;  /* the peer's code (1005 when none), or the code we failed with */
-    uint8_t *ctl;         /* 125 bytes while a split control frame is assembled, else NULL */
-} kh_ws_conn;
+};
 
-void kh_ws_conn_init(kh_ws_conn *w, uint64_t max_message, uint64_t max_frame, int deflate,
-                     const kh_ws_cbs *cb, void *ud);
+/* cfg (callbacks, limits) is shared and must outlive the session. */
+void kh_ws_conn_init(kh_ws_conn *w, const kh_ws_cfg *cfg, int deflate);
 /* Feeds received bytes (unmasked in place). Returns KH_WS_OK (all consumed), KH_WS_PAUSED (the
  * message callback asked to pause; *used bytes consumed, call again with the rest), or
  * KH_WS_CLOSED: the close handshake is done or the peer broke the protocol (the close frame
- * was sent through cb->send; close_code says why); the caller closes the transport once the
+ * was sent through cb.send; close_code says why); the caller closes the transport once the
  * frame is written. Bytes after a close frame are ignored. */
 int kh_ws_conn_feed(kh_ws_conn *w, uint8_t *buf, size_t n, size_t *used);
 /* Starts the close handshake from our side: sends a close frame with code (0: none) and reason

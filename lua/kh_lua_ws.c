@@ -25,6 +25,7 @@
 #define CODEC_MT "khamsin.ws.codec"
 
 typedef struct zctx {
+    kh_ws_cfg cfg; /* first: every codec's w.cfg points here, so it leads to its worker's zctx */
     uint8_t *scratch;
     size_t scap;
     z_stream inf;
@@ -46,8 +47,7 @@ typedef struct zctx {
  * table, no string (ws.id is formatted from pn when read). The feed and out state is the
  * worker's, in zctx. */
 typedef struct codec {
-    kh_ws_conn w;
-    zctx *z;
+    kh_ws_conn w;   /* first: the codec's callbacks get &w */
     void *s;        /* the stream, handed back as a lightuserdata for core.stream_* */
     uint32_t gen;   /* its generation */
     uint16_t code;  /* the close code the close handler gets; 0 while unknown */
@@ -59,7 +59,16 @@ typedef struct codec {
 } codec;
 
 #define CODEC_MAGIC 0x6b687773u /* "khws" */
-_Static_assert(sizeof(codec) == sizeof(kh_ws_conn) + 40, "the ws object stays 160 bytes");
+/* 112 bytes, a 160-byte block of LuaJIT's allocator with its GCudata header (was 160 bytes, a
+ * 208-byte block: kh_ws_conn kept its limits, callbacks and a user pointer, the codec its
+ * worker's zctx, now all one kh_ws_cfg pointer; bench/README.md "Memory per idle WebSocket") */
+_Static_assert(sizeof(codec) == 112, "the ws object stays 112 bytes");
+
+/* the worker's zctx of a session (w.cfg is its first member) */
+static zctx *zctx_of(kh_ws_conn *w)
+{
+    return (zctx *)(void *)(uintptr_t)w->cfg;
+}
 
 static int zctx_gc(lua_State *L)
 {
@@ -80,9 +89,9 @@ static int zctx_gc(lua_State *L)
     return 0;
 }
 
-static int on_message(void *ud, int binary, const uint8_t *p, size_t n)
+static int on_message(kh_ws_conn *w, int binary, const uint8_t *p, size_t n)
 {
-    zctx *c = ((codec *)ud)->z;
+    zctx *c = zctx_of(w);
     lua_State *L = c->L;
     int k = (int)lua_objlen(L, c->list);
     lua_pushlstring(L, (const char *)p, n);
@@ -111,9 +120,9 @@ static void out_append(zctx *c, const uint8_t *p, size_t n)
 /* A frame the codec wrote (pong, close): during feed it goes into the list between the messages,
  * so the reader writes it in order (a close reply after the echo of the message before it);
  * outside feed (ws:close) into the out buffer. */
-static void on_send(void *ud, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
+static void on_send(kh_ws_conn *w, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
 {
-    zctx *c = ((codec *)ud)->z;
+    zctx *c = zctx_of(w);
     if (c->L) {
         lua_State *L = c->L;
         int k = (int)lua_objlen(L, c->list);
@@ -132,16 +141,16 @@ static void on_send(void *ud, const uint8_t *h, size_t hl, const uint8_t *p, siz
         out_append(c, p, n);
 }
 
-static int on_inflate(void *ud, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
+static int on_inflate(kh_ws_conn *w, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
                       size_t *outlen)
 {
-    codec *c = ud;
-    if (!c->z->has_inf) {
-        if (kh_ws_inflater_init(&c->z->inf) != 0)
+    zctx *z = zctx_of(w);
+    if (!z->has_inf) {
+        if (kh_ws_inflater_init(&z->inf) != 0)
             return KH_WS_CLOSE_INTERNAL;
-        c->z->has_inf = 1;
+        z->has_inf = 1;
     }
-    return kh_ws_inflate_msg(&c->z->inf, in, n, max, out, outlen);
+    return kh_ws_inflate_msg(&z->inf, in, n, max, out, outlen);
 }
 
 static const kh_ws_cbs CBS = {on_message, on_send, NULL, on_inflate};
@@ -170,13 +179,16 @@ static int l_codec(lua_State *L)
     luaL_checktype(L, 6, LUA_TTABLE);
     codec *c = lua_newuserdata(L, sizeof *c);
     memset(c, 0, sizeof *c);
-    c->z = get_zctx(L);
+    zctx *z = get_zctx(L);
+    /* the limits are the process's (ws_limits): the same for every socket */
+    z->cfg.max_message = (uint64_t)mm;
+    z->cfg.max_frame = (uint64_t)mf;
     c->bits = bits >= 9 && bits <= 15 ? (uint8_t)bits : 0;
     c->s = lua_touserdata(L, 4);
     c->gen = (uint32_t)lua_tointeger(L, 5);
     c->proto = (uint8_t)luaL_optinteger(L, 7, 0);
     c->magic = CODEC_MAGIC;
-    kh_ws_conn_init(&c->w, (uint64_t)mm, (uint64_t)mf, c->bits != 0, &CBS, c);
+    kh_ws_conn_init(&c->w, &z->cfg, c->bits != 0);
     luaL_getmetatable(L, CODEC_MT);
     lua_setmetatable(L, -2);
     lua_pushvalue(L, 6);
@@ -327,7 +339,7 @@ static int l_frame(lua_State *L)
     size_t zl = 0;
     int rsv1 = 0;
     if (c->bits && (op == KH_WS_OP_TEXT || op == KH_WS_OP_BINARY)) {
-        zctx *x = c->z;
+        zctx *x = zctx_of(&c->w);
         if (!x->has_def[c->bits]) {
             if (kh_ws_deflater_init(&x->def[c->bits], c->bits) != 0)
                 return luaL_error(L, "zlib: deflateInit failed");
@@ -357,7 +369,7 @@ static int l_close(lua_State *L)
     size_t n = 0;
     const char *r = luaL_optlstring(L, 3, "", &n);
     kh_ws_conn_close(&c->w, code, r, n);
-    push_out(L, c->z);
+    push_out(L, zctx_of(&c->w));
     return 1;
 }
 
@@ -466,6 +478,7 @@ void kh__lua_open_ws(lua_State *L, kh_lua *K)
     lua_pop(L, 1);
     zctx *z = lua_newuserdata(L, sizeof *z);
     memset(z, 0, sizeof *z);
+    z->cfg.cb = CBS;
     luaL_getmetatable(L, ZCTX_MT);
     lua_setmetatable(L, -2);
     int zi = lua_gettop(L);

@@ -40,8 +40,15 @@ static uint64_t mix(uint64_t h, const uint8_t *p, size_t n)
     return h;
 }
 
-static int on_message(void *ud, int binary, const uint8_t *p, size_t n)
+/* a session and what its callbacks record into (kh_ws.h: no user pointer per session) */
+typedef struct sess {
+    kh_ws_conn w;
+    void *ud;
+} sess;
+
+static int on_message(kh_ws_conn *ws, int binary, const uint8_t *p, size_t n)
 {
+    void *ud = ((sess *)ws)->ud;
     obs *o = ud;
     CHECK(n <= MAX_MSG);
     if (!binary) {
@@ -53,17 +60,19 @@ static int on_message(void *ud, int binary, const uint8_t *p, size_t n)
     return o->pause;
 }
 
-static void on_send(void *ud, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
+static void on_send(kh_ws_conn *ws, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
 {
+    void *ud = ((sess *)ws)->ud;
     obs *o = ud;
     CHECK(hl >= 2 && hl <= KH_WS_HDR_MAX && n <= 125);
     o->sent++;
     o->shash = mix(mix(o->shash, h, hl), p, n);
 }
 
-static int on_inflate(void *ud, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
+static int on_inflate(kh_ws_conn *ws, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
                       size_t *outlen)
 {
+    void *ud = ((sess *)ws)->ud;
     obs *o = ud;
     int r = kh_ws_inflate_msg(&o->inf, in, n, max, out, outlen);
     if (r == 0)
@@ -71,7 +80,7 @@ static int on_inflate(void *ud, const uint8_t *in, size_t n, uint64_t max, uint8
     return r;
 }
 
-static const kh_ws_cbs CBS = {on_message, on_send, NULL, on_inflate};
+static const kh_ws_cfg CFG = {{on_message, on_send, NULL, on_inflate}, MAX_MSG, MAX_MSG / 2};
 
 static void session(const uint8_t *data, size_t size, int deflate, int pause, size_t chunk, obs *o,
                     int *rc_out, unsigned *code_out)
@@ -82,13 +91,13 @@ static void session(const uint8_t *data, size_t size, int deflate, int pause, si
         CHECK(kh_ws_inflater_init(&o->inf) == 0);
     uint8_t *buf = malloc(size ? size : 1);
     memcpy(buf, data, size);
-    kh_ws_conn w;
-    kh_ws_conn_init(&w, MAX_MSG, MAX_MSG / 2, deflate, &CBS, o);
+    sess ss = {.ud = o};
+    kh_ws_conn_init(&ss.w, &CFG, deflate);
     size_t pos = 0;
     int rc = KH_WS_OK;
     while (pos < size) {
         size_t len = chunk ? (size - pos < chunk ? size - pos : chunk) : size - pos, used = 0;
-        rc = kh_ws_conn_feed(&w, buf + pos, len, &used);
+        rc = kh_ws_conn_feed(&ss.w, buf + pos, len, &used);
         CHECK(used <= len);
         if (rc == KH_WS_CLOSED)
             break;
@@ -96,10 +105,10 @@ static void session(const uint8_t *data, size_t size, int deflate, int pause, si
         pos += used;
     }
     if (rc == KH_WS_CLOSED)
-        CHECK(w.close_code == KH_WS_CLOSE_NO_STATUS || kh_ws_close_code_ok(w.close_code));
+        CHECK(ss.w.close_code == KH_WS_CLOSE_NO_STATUS || kh_ws_close_code_ok(ss.w.close_code));
     *rc_out = rc;
-    *code_out = w.close_code;
-    kh_ws_conn_free(&w);
+    *code_out = ss.w.close_code;
+    kh_ws_conn_free(&ss.w);
     if (deflate)
         inflateEnd(&o->inf);
     free(buf);

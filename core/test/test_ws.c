@@ -25,8 +25,15 @@ typedef struct rec {
     int has_inf;
 } rec;
 
-static int on_message(void *ud, int binary, const uint8_t *p, size_t n)
+/* a session and what its callbacks record into (kh_ws.h: no user pointer per session) */
+typedef struct sess {
+    kh_ws_conn w;
+    void *ud;
+} sess;
+
+static int on_message(kh_ws_conn *ws, int binary, const uint8_t *p, size_t n)
 {
+    void *ud = ((sess *)ws)->ud;
     rec *r = ud;
     if (binary)
         r->mlen += (size_t)snprintf(r->msgs + r->mlen, sizeof r->msgs - r->mlen, "B:%zu|", n);
@@ -36,8 +43,9 @@ static int on_message(void *ud, int binary, const uint8_t *p, size_t n)
     return r->pause_every;
 }
 
-static void on_send(void *ud, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
+static void on_send(kh_ws_conn *ws, const uint8_t *h, size_t hl, const uint8_t *p, size_t n)
 {
+    void *ud = ((sess *)ws)->ud;
     rec *r = ud;
     if (r->slen + hl + n > sizeof r->sent)
         return;
@@ -46,20 +54,22 @@ static void on_send(void *ud, const uint8_t *h, size_t hl, const uint8_t *p, siz
     r->slen += hl + n;
 }
 
-static void on_pong(void *ud, const uint8_t *p, size_t n)
+static void on_pong(kh_ws_conn *ws, const uint8_t *p, size_t n)
 {
+    void *ud = ((sess *)ws)->ud;
     (void)p, (void)n;
     ((rec *)ud)->pongs++;
 }
 
-static int on_inflate(void *ud, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
+static int on_inflate(kh_ws_conn *ws, const uint8_t *in, size_t n, uint64_t max, uint8_t **out,
                       size_t *outlen)
 {
+    void *ud = ((sess *)ws)->ud;
     rec *r = ud;
     return kh_ws_inflate_msg(&r->inf, in, n, max, out, outlen);
 }
 
-static const kh_ws_cbs CBS = {on_message, on_send, on_pong, on_inflate};
+#define CBS {on_message, on_send, on_pong, on_inflate}
 
 /* a client frame, masked with a fixed key */
 static size_t cframe(uint8_t *out, int b0, const void *payload, size_t n)
@@ -101,14 +111,16 @@ static void run(result *res, const uint8_t *in, size_t n, int bytewise, uint64_t
         kh_ws_inflater_init(&res->r.inf);
         res->r.has_inf = 1;
     }
-    kh_ws_conn w;
-    kh_ws_conn_init(&w, max_msg, max_frame, deflate, &CBS, &res->r);
+    kh_ws_cfg cfg = {CBS, max_msg, max_frame};
+    sess ss = {.ud = &res->r};
+    kh_ws_conn_init(&ss.w, &cfg, deflate);
+    kh_ws_conn *w = &ss.w;
     memcpy(buf, in, n);
     size_t pos = 0;
     int rc = KH_WS_OK;
     while (pos < n) {
         size_t len = bytewise ? 1 : n - pos, used = 0;
-        rc = kh_ws_conn_feed(&w, buf + pos, len, &used);
+        rc = kh_ws_conn_feed(w, buf + pos, len, &used);
         if (rc == KH_WS_CLOSED)
             break;
         if (rc == KH_WS_PAUSED && !bytewise)
@@ -116,8 +128,8 @@ static void run(result *res, const uint8_t *in, size_t n, int bytewise, uint64_t
         pos += used;
     }
     res->rc = rc;
-    res->code = w.close_code;
-    kh_ws_conn_free(&w);
+    res->code = w->close_code;
+    kh_ws_conn_free(w);
     if (deflate)
         inflateEnd(&res->r.inf);
 }
@@ -253,10 +265,10 @@ static void test_frames(void)
     /* RFC 6455 §5.7: a masked "Hello" */
     uint8_t hello[] = {0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58};
     kh_ws_parser p;
-    kh_ws_parser_init(&p, 1000, 0);
+    kh_ws_parser_init(&p, 0);
     kh_ws_chunk c;
     size_t used;
-    int r = kh_ws_parse(&p, hello, sizeof hello, &used, &c);
+    int r = kh_ws_parse(&p, 1000, hello, sizeof hello, &used, &c);
     kh_is_int(r, 1, "hello parsed");
     kh_is_str((const char *)c.data, c.len, "Hello", "hello unmasked");
     kh_ok(c.fin && c.frame_first && c.frame_end && c.opcode == 1 && used == sizeof hello,
@@ -404,17 +416,19 @@ static void test_session(void)
     {
         rec r;
         memset(&r, 0, sizeof r);
-        kh_ws_conn w;
-        kh_ws_conn_init(&w, M, M, 0, &CBS, &r);
-        kh_ws_conn_close(&w, 4000, "going", 5);
+        kh_ws_cfg cfg = {CBS, M, M};
+        sess ss = {.ud = &r};
+        kh_ws_conn_init(&ss.w, &cfg, 0);
+        kh_ws_conn *w = &ss.w;
+        kh_ws_conn_close(w, 4000, "going", 5);
         kh_ok(sent_close_code(&r) == 4000 && r.slen == 2 + 2 + 5, "our close frame");
         n = cframe(in, 0x81, "late", 4);
         n += cframe(in + n, 0x88, "\x0f\xa0", 2);
         size_t used;
-        int rc = kh_ws_conn_feed(&w, in, n, &used);
-        kh_ok(rc == KH_WS_CLOSED && r.mlen == 0 && w.close_code == 4000 && r.slen == 9,
+        int rc = kh_ws_conn_feed(w, in, n, &used);
+        kh_ok(rc == KH_WS_CLOSED && r.mlen == 0 && w->close_code == 4000 && r.slen == 9,
               "peer's close completes ours, no second close frame, late data dropped");
-        kh_ws_conn_free(&w);
+        kh_ws_conn_free(w);
     }
 
     /* pause after each message: consumed stops at the message's end */
@@ -425,15 +439,17 @@ static void test_session(void)
         rec r;
         memset(&r, 0, sizeof r);
         r.pause_every = 1;
-        kh_ws_conn w;
-        kh_ws_conn_init(&w, M, M, 0, &CBS, &r);
+        kh_ws_cfg cfg = {CBS, M, M};
+        sess ss = {.ud = &r};
+        kh_ws_conn_init(&ss.w, &cfg, 0);
+        kh_ws_conn *w = &ss.w;
         size_t used;
-        int rc = kh_ws_conn_feed(&w, in, n, &used);
+        int rc = kh_ws_conn_feed(w, in, n, &used);
         kh_ok(rc == KH_WS_PAUSED && used == first, "paused after the first message");
-        rc = kh_ws_conn_feed(&w, in + used, n - used, &used);
+        rc = kh_ws_conn_feed(w, in + used, n - used, &used);
         kh_ok(rc == KH_WS_PAUSED && used == n - first, "then the second");
         kh_is_str(r.msgs, r.mlen, "T:one|T:two|", "both delivered in order");
-        kh_ws_conn_free(&w);
+        kh_ws_conn_free(w);
     }
 }
 

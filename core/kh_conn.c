@@ -75,6 +75,23 @@ typedef struct kh_file_op {
     uv_poll_t poll;
 } kh_file_op;
 
+/* The queue of file bodies hangs off the handle's user pointer, tcp.data: they are rare (h1
+ * cleartext responses from k.static / res:file), and a pointer of their own made kh_conn 448
+ * bytes instead of 440 (memory per idle WebSocket, bench/README.md). Nothing else uses
+ * tcp.data: the libuv callbacks find the connection as the struct that starts with tcp. */
+static inline kh_file_op *files(const kh_conn *c)
+{
+    return c->tcp.data;
+}
+
+static inline void set_files(kh_conn *c, kh_file_op *f)
+{
+    c->tcp.data = f;
+}
+
+_Static_assert(offsetof(kh_conn, tcp) == 0, "a libuv callback's handle is its kh_conn");
+#define CONN_OF(h) ((kh_conn *)(void *)(h))
+
 static void on_close(uv_handle_t *h);
 static void file_op_free(kh_file_op *f);
 static void set_nodelay(kh_conn *c);
@@ -82,7 +99,7 @@ static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *b);
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *b)
 {
-    kh_conn *c = h->data;
+    kh_conn *c = CONN_OF(h);
     /* Lend the worker's slab: read_cb consumes or copies before the next read can start. */
     b->base = c->w->read_slab;
     b->len = 65536;
@@ -153,10 +170,11 @@ const char *kh_conn_alt_svc(const kh_stream *s)
 int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls,
                    int listener)
 {
-    kh_conn *c = kh_xcalloc(1, sizeof *c);
+    kh_conn *c = kh_slab_alloc(&w->conn_slab, sizeof *c);
+    memset(c, 0, sizeof *c);
     c->w = w;
     uv_tcp_init(&w->loop, &c->tcp);
-    c->tcp.data = c;
+    set_files(c, NULL);
     kh_worker_conn_add(w, &c->wc, &conn_wc_vt);
     int r = uv_tcp_open(&c->tcp, fd);
     if (r != 0) {
@@ -244,7 +262,7 @@ static void tls_read(kh_conn *c, const char *p, size_t n)
 
 static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
 {
-    kh_conn *c = st->data;
+    kh_conn *c = CONN_OF(st);
     if (n == 0)
         return;
     if (n < 0) {
@@ -316,7 +334,7 @@ size_t kh_conn_out_pending(const kh_conn *c)
     size_t n = c->out.len;
     if (c->writing)
         n += c->writing->buf.len - c->writing->off;
-    for (const kh_file_op *f = c->file; f; f = f->next)
+    for (const kh_file_op *f = files(c); f; f = f->next)
         n += f->head.len - f->hoff + (size_t)f->left;
     return n;
 }
@@ -344,7 +362,7 @@ static void apply_timer(kh_conn *c)
 {
     /* a pending write keeps its progress checks (write_out arms them); the protocol's kind is
      * recorded in timer_kind and applies again when the write completes */
-    if ((c->writing || (c->file && c->file->polling)) &&
+    if ((c->writing || (files(c) && files(c)->polling)) &&
         !(c->flags & (KH_CONN_F_LINGERING | KH_CONN_F_CLOSING)))
         return;
     int kind = c->timer_kind;
@@ -373,9 +391,9 @@ void kh__conn_on_timer(kh_timer *t, int kind)
         if (c->writing) {
             ua = &c->writing->unacked;
             pm = &c->writing->progress_ms;
-        } else if (c->file && c->file->polling) {
-            ua = &c->file->unacked;
-            pm = &c->file->progress_ms;
+        } else if (files(c) && files(c)->polling) {
+            ua = &files(c)->unacked;
+            pm = &files(c)->progress_ms;
         } else {
             apply_timer(c);
             return;
@@ -428,9 +446,9 @@ void kh_conn_close(kh_conn *c)
     if (c->proto && c->proto->on_close)
         c->proto->on_close(c);
     stop_reading(c);
-    while (c->file) {
-        kh_file_op *f = c->file;
-        c->file = f->next;
+    while (files(c)) {
+        kh_file_op *f = files(c);
+        set_files(c, f->next);
         file_op_free(f);
     }
     /* A pending write gets UV_ECANCELED before on_close runs, and frees its own op. */
@@ -439,13 +457,13 @@ void kh_conn_close(kh_conn *c)
 
 static void on_close(uv_handle_t *h)
 {
-    kh_conn *c = h->data;
+    kh_conn *c = CONN_OF(h);
     kh_worker *w = c->w;
     kh_buf_release(&c->in, &w->bufs);
     kh_buf_release(&c->out, &w->bufs);
     kh_tls_free(c->tls, &w->bufs);
     kh_worker_conn_remove(w, &c->wc);
-    free(c);
+    kh_slab_free(&w->conn_slab, c);
 }
 
 static void shutdown_cb(uv_shutdown_t *req, int status)
@@ -513,10 +531,14 @@ void kh_conn_sendfile(kh_conn *c, int fd, int64_t off, uint64_t n)
     f->left = n;
     f->head = c->out; /* what is queued now goes first */
     memset(&c->out, 0, sizeof c->out);
-    kh_file_op **tail = &c->file;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = f;
+    kh_file_op *last = files(c);
+    if (last == NULL) {
+        set_files(c, f);
+    } else {
+        while (last->next)
+            last = last->next;
+        last->next = f;
+    }
     kh_worker_schedule_flush(c->w, c);
 }
 
@@ -572,8 +594,8 @@ static int file_out(kh_conn *c)
         kh_conn_close(c);
         return -1;
     }
-    while (c->file) {
-        kh_file_op *f = c->file;
+    while (files(c)) {
+        kh_file_op *f = files(c);
         if (c->writing || f->polling)
             return 1;
         /* a body in several writes: its last short segment must not wait for Nagle */
@@ -612,7 +634,7 @@ static int file_out(kh_conn *c)
             f->off += n;
             f->left -= (uint64_t)n;
         }
-        c->file = f->next;
+        set_files(c, f->next);
         file_op_free(f);
         /* the protocol may wait for the queue to go down (h1: pipelined requests): look again */
         kh_worker_schedule_flush(c->w, c);
@@ -784,7 +806,7 @@ void kh__conn_flush(kh_conn *c)
         if (c->flags & KH_CONN_F_CLOSING)
             return;
     }
-    if (c->file) {
+    if (files(c)) {
         int r = file_out(c);
         if (r != 0)
             return; /* closed, or a file body still goes first: it flushes again when done */

@@ -45,7 +45,7 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto)
         w->stream_pool = s->pool_next;
         gen = s->gen;
     } else {
-        s = kh_xmalloc(sizeof *s);
+        s = kh_slab_alloc(&w->stream_slab, sizeof *s);
     }
     /* Clear only the request-scoped header; the params array is filled up to num_params. */
     memset(s, 0, offsetof(kh_stream, params));
@@ -115,11 +115,10 @@ kh_stream *kh_stream_compact(kh_stream *s)
         w->compact_pool = t->pool_next;
         gen = t->gen;
     } else {
-        t = kh_xmalloc(KH_STREAM_COMPACT_SIZE + KH_STREAM_COMPACT_INLINE);
+        t = kh_slab_alloc(&w->compact_slab, KH_STREAM_COMPACT_SIZE + KH_STREAM_COMPACT_INLINE);
     }
     memcpy(t, s, KH_STREAM_COMPACT_SIZE);
     t->gen = gen;
-    t->pool_next = NULL;
     t->flags |= KH_STREAM_F_COMPACT;
     size_t ml = s->method.len, pl = s->path.len;
     if (ml + pl + 2 <= KH_STREAM_COMPACT_INLINE) {

@@ -166,7 +166,6 @@ struct kh_stream {
     const kh_sink_vt *sink;
     void *proto;       /* the protocol's owner (the kh_conn on h1); NULL once aborted */
     kh_worker *worker;
-    kh_stream *pool_next;
     uint32_t gen;
     uint16_t refs;
     uint16_t flags;    /* KH_STREAM_F_* */
@@ -194,7 +193,11 @@ struct kh_stream {
     /* response */
     struct kh_compress *compress; /* the body's encoder while a streamed reply is compressed */
     uint64_t bytes_sent;
-    uint64_t start_ms;
+    union {
+        uint64_t start_ms;    /* open: when the request began (the access log's time) */
+        kh_stream *pool_next; /* released, in a pool: the next one (one word less in a compact
+                               * stream; a stale {s, gen} check reads gen only) */
+    };
 
     /* app side (the Lua binding's scheduler) */
     void *app_data;

@@ -796,16 +796,11 @@ void kh_worker_request_stop(kh_worker *w)
 
 static void free_streams(kh_worker *w)
 {
-    while (w->stream_pool) {
-        kh_stream *s = w->stream_pool;
-        w->stream_pool = s->pool_next;
-        free(s);
-    }
-    while (w->compact_pool) {
-        kh_stream *s = w->compact_pool;
-        w->compact_pool = s->pool_next;
-        free(s);
-    }
+    /* the pools' streams, and every kh_conn (all closed by now), are in the slabs' blocks */
+    w->stream_pool = w->compact_pool = NULL;
+    kh_slab_destroy(&w->stream_slab);
+    kh_slab_destroy(&w->compact_slab);
+    kh_slab_destroy(&w->conn_slab);
 }
 
 void kh_worker_join_thread(kh_worker *w)

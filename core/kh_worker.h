@@ -26,6 +26,7 @@
 #include "kh_buf.h"
 #include "kh_chan.h"
 #include "kh_limits.h"
+#include "kh_slab.h"
 #include "kh_timer.h"
 
 typedef struct kh_conn kh_conn;
@@ -138,6 +139,9 @@ struct kh_worker {
     char *read_slab;
     kh_stream *stream_pool;
     kh_stream *compact_pool; /* compact streams (kh_stream_compact), KH_STREAM_COMPACT_SIZE each */
+    /* where kh_conn, kh_stream and compact streams come from (kh_slab.h: no malloc header
+     * each); the stream pools above keep what was released, so streams never go back */
+    kh_slab conn_slab, stream_slab, compact_slab;
     uint32_t next_conn_id, next_stream_id;
     uint64_t num_conns;     /* connections in the registry (conns) */
 

@@ -201,10 +201,10 @@ static size_t chunk; /* when nonzero, pump() hands the server its input in piece
 
 static kh_conn *new_conn(void)
 {
-    kh_conn *c = kh_xcalloc(1, sizeof *c);
+    kh_conn *c = kh_slab_alloc(&W.conn_slab, sizeof *c); /* kh_conn.c frees it there */
+    memset(c, 0, sizeof *c);
     c->w = &W;
-    uv_tcp_init(&W.loop, &c->tcp);
-    c->tcp.data = c;
+    uv_tcp_init(&W.loop, &c->tcp); /* (tcp.data: kh_conn.c's file-body queue, NULL) */
     W.num_conns++;
     c->id = ++W.next_conn_id;
     c->proto = &kh_h1_proto;

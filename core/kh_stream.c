@@ -129,7 +129,7 @@ kh_stream *kh_stream_compact(kh_stream *s)
         memcpy(a + ml + 1, s->path.ptr ? s->path.ptr : "", pl);
         a[ml + 1 + pl] = '\0';
         t->method = (kh_str){a, ml};
-        t->path = t->target = (kh_str){a + ml + 1, pl};
+        t->path = (kh_str){a + ml + 1, pl};
         t->arena = NULL;
         free(s->arena);
     }
@@ -327,7 +327,7 @@ void kh_stream_on_head(kh_stream *s)
     if ((m.status == 404 || m.status == 405) && kh_router_fallback(rt) != 0) {
         /* the app has middleware or error handlers: they see unmatched requests too */
         m.value = kh_router_fallback(rt);
-        s->route_status = m.status;
+        s->route_status = (int16_t)m.status;
     } else if (m.status == 404) {
         kh_stream_respond_error(s, 404, "Not Found", 0);
         return;

@@ -38,17 +38,21 @@
  *  - Memory of an idle tunnel (issue 10 item 8): a held h1 tunnel (F_TUNNEL | F_HELD, no
  *    coroutine: a WebSocket between messages) moves with kh_stream_compact into a compact
  *    stream: the same struct cut after the first word of proto_area (KH_STREAM_COMPACT_SIZE,
- *    248 B, plus 16 B for the access log's method and path), instead of the whole kh_stream
- *    (480 B). The fields are ordered for it: what a tunnel uses first (hooks, refs, flags, the
- *    log's method/target/path, peer, body window buffer, byte counts, app state, h1's flags in
- *    proto_area[0]), the request's part (query, authority, headers, params, tunnel_proto) after
- *    proto_area. Every kh_stream_* function and sink call a tunnel makes works on either; the
- *    readers of the request's part check KH_STREAM_F_COMPACT (kh_stream_header, the Lua
- *    accessors). h1 moves its pointer (sink moved); h2 and h3 streams never move (nghttp2 and
- *    nghttp3 hold them), so their tunnels keep the whole stream.
+ *    224 B, plus 16 B for the access log's method and path: 240 B from the worker's compact
+ *    slab, kh_slab.h), instead of the whole kh_stream (472 B). The fields are ordered for it:
+ *    what a tunnel uses first (hooks, refs, flags, the log's method and path, peer, body window
+ *    buffer, byte counts, app state, h1's flags in proto_area[0]), the request's part (target,
+ *    query, authority, headers, params, tunnel_proto) after proto_area. Every kh_stream_*
+ *    function and sink call a tunnel makes works on either; the readers of the request's part
+ *    check KH_STREAM_F_COMPACT (kh_stream_header, kh_stream_target, the Lua accessors). The
+ *    pool link shares start_ms's word (a released stream keeps only its generation). Was 248
+ *    + 16 B in a 272-byte malloc chunk (bench/README.md "Memory per idle WebSocket"). h1 moves
+ *    its pointer (sink moved); h2 and h3 streams never move (nghttp2 and nghttp3 hold them),
+ *    so their tunnels keep the whole stream.
  *
- * Lifetime: streams come from a per-worker pool (compact ones from a pool of their own) and are
- * never handed back to malloc while the worker runs, so a stale {pointer, generation} pair held
+ * Lifetime: streams come from a per-worker pool (compact ones from a pool of their own), whose
+ * objects come from the worker's slabs (kh_slab.h), and are never handed back while the worker
+ * runs, so a stale {pointer, generation} pair held
  * by Lua can always be checked safely (style.md "Buffers": h2o's DATA_PTR reset, done by
  * generation). A stream holds one ref for its protocol and one while the app holds it; the last
  * kh_stream_release recycles it and bumps gen. */
@@ -173,13 +177,16 @@ struct kh_stream {
     int app_wait; /* what the app waits for (its own codes); 0 when running or idle */
 
     /* request: every kh_str points into arena */
-    kh_str method, target, path;
+    kh_str method, path; /* (target is in the request's part: kh_stream_target) */
     char *arena;
     uint8_t version_major, version_minor;
     int8_t path_error; /* a KH_PATH_E* code when the path has no normal form (400), else 0 */
     int status;        /* the response's */
     kh_addr peer;
-    int body_state;         /* enum kh_body_state */
+    /* two small fields in the room after peer (8 bytes less per stream than ints of their
+     * own: memory per idle WebSocket) */
+    uint8_t body_state;     /* enum kh_body_state */
+    int16_t route_status;   /* 0 matched; 404 / 405 when route_value is the router's fallback */
 
     /* request body */
     uint64_t body_received;
@@ -187,8 +194,7 @@ struct kh_stream {
     kh_buf body;
 
     /* routing */
-    intptr_t route_value;
-    int route_status; /* 0 matched; 404 / 405 when route_value is the router's fallback */
+    intptr_t route_value; /* (route_status is beside body_state) */
 
     /* response */
     struct kh_compress *compress; /* the body's encoder while a streamed reply is compressed */
@@ -212,6 +218,7 @@ struct kh_stream {
     uint64_t proto_area[12];
 
     /* ---- the request's part: never read on a compact stream ---- */
+    kh_str target; /* raw, as received: read it with kh_stream_target */
     kh_str query, authority;
     uint32_t num_headers;
     uint32_t num_params;
@@ -229,6 +236,13 @@ struct kh_stream {
  * access log line are kept when they fit (else in a block of their own, s->arena). */
 #define KH_STREAM_COMPACT_INLINE 16
 #define KH_STREAM_COMPACT_SIZE (offsetof(kh_stream, proto_area) + sizeof(uint64_t))
+
+/* The request target as received; on a held stream its path (kh_stream_hold), which is all a
+ * compact one keeps (its target is not copied: 16 bytes less per idle WebSocket). */
+static inline kh_str kh_stream_target(const kh_stream *s)
+{
+    return (s->flags & KH_STREAM_F_COMPACT) ? s->path : s->target;
+}
 
 /* Takes a stream from the worker's pool with refs = 1 (the protocol's). */
 kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto);

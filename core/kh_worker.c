@@ -509,7 +509,7 @@ void kh_worker_access_log(kh_worker *w, const kh_stream *s)
     kh_buf_append(b, NULL, head, (size_t)n);
     log_escaped(b, s->method);
     kh_buf_append(b, NULL, " ", 1);
-    log_escaped(b, s->target);
+    log_escaped(b, kh_stream_target(s));
     n = snprintf(head, sizeof head, " HTTP/%d.%d\" %d %llu \"", s->version_major,
                  s->version_minor, s->status, (unsigned long long)s->bytes_sent);
     kh_buf_append(b, NULL, head, (size_t)n);

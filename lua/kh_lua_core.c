@@ -326,7 +326,8 @@ static int l_head(lua_State *L)
         lua_pushlstring(L, s->query.ptr, s->query.len);
     else
         lua_pushnil(L);
-    lua_pushlstring(L, s->target.ptr, s->target.len);
+    kh_str target = kh_stream_target(s);
+    lua_pushlstring(L, target.ptr, target.len);
     if (compact)
         lua_pushliteral(L, "");
     else

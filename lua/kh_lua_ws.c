@@ -59,9 +59,9 @@ typedef struct codec {
 } codec;
 
 #define CODEC_MAGIC 0x6b687773u /* "khws" */
-/* 112 bytes, a 160-byte block of LuaJIT's allocator with its GCudata header (was 160 bytes, a
- * 208-byte block: kh_ws_conn kept its limits, callbacks and a user pointer, the codec its
- * worker's zctx, now all one kh_ws_cfg pointer; bench/README.md "Memory per idle WebSocket") */
+/* 112 bytes, 160 in the Lua heap with LuaJIT's 48-byte GCudata header (was 160, 208 with it:
+ * kh_ws_conn kept its limits, callbacks and a user pointer, the codec its worker's zctx, now
+ * all one kh_ws_cfg pointer; bench/README.md "Memory per idle WebSocket") */
 _Static_assert(sizeof(codec) == 112, "the ws object stays 112 bytes");
 
 /* the worker's zctx of a session (w.cfg is its first member) */

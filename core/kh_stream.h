@@ -38,8 +38,8 @@
  *  - Memory of an idle tunnel (issue 10 item 8): a held h1 tunnel (F_TUNNEL | F_HELD, no
  *    coroutine: a WebSocket between messages) moves with kh_stream_compact into a compact
  *    stream: the same struct cut after the first word of proto_area (KH_STREAM_COMPACT_SIZE,
- *    224 B, plus 16 B for the access log's method and path: 240 B from the worker's compact
- *    slab, kh_slab.h), instead of the whole kh_stream (472 B). The fields are ordered for it:
+ *    216 B, plus 16 B for the access log's method and path: 232 B from the worker's compact
+ *    slab, kh_slab.h), instead of the whole kh_stream (464 B). The fields are ordered for it:
  *    what a tunnel uses first (hooks, refs, flags, the log's method and path, peer, body window
  *    buffer, byte counts, app state, h1's flags in proto_area[0]), the request's part (target,
  *    query, authority, headers, params, tunnel_proto) after proto_area. Every kh_stream_*

@@ -63,9 +63,13 @@ EOF
 #   done
 #   bench_summary ROWS.jsonl --metric req_per_cpu --group conns --label "hello"   # table + ratio
 # Knobs: BENCH_ROUNDS (kept rounds wanted, default 5), BENCH_MAX_REDO (extra rounds allowed,
-# default = the rounds wanted), BENCH_MAX_LOAD (default cores + 1), BENCH_MAX_STEAL (0.05),
-# BENCH_SUMMARY (all.sh: the markdown file the summary rows go to).
+# default = the rounds wanted), BENCH_MAX_FOREIGN (0.10: CPU share of the box used by processes
+# outside the bench's own tree), BENCH_MAX_STEAL (0.05), BENCH_MAX_LOAD (unset: no load-average
+# check), BENCH_SUMMARY (all.sh: the markdown file the summary rows go to).
+# BENCH_ROOT_PID: the root of the bench's own process tree (all.sh, or the first script that
+# sources this file); its servers and clients are not counted as disturbance.
 METHOD=bench/lib/method.py
+export BENCH_ROOT_PID=${BENCH_ROOT_PID:-$$}
 bench_rounds_init() { # tmpdir
   BENCH_TMP=$1
   BENCH_WANT=${ROUNDS:-${BENCH_ROUNDS:-5}}
@@ -96,5 +100,5 @@ bench_summary() { # rows.jsonl summary-args...
 }
 bench_method_line() { # the header line every result file carries
   echo "cpu:      $($PY $METHOD cpu-model)"
-  echo "method:   rounds wanted ${BENCH_WANT:-${ROUNDS:-5}} (servers alternate within each round), a round is discarded and redone (<= ${BENCH_MAX_REDO:-same} extra) if load average > ${BENCH_MAX_LOAD:-$(($(nproc) + 1))} or steal > ${BENCH_MAX_STEAL:-0.05}; medians [min..max], ratio = per-round paired ratios + bootstrap CI95; loadavg now $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "method:   rounds wanted ${BENCH_WANT:-${ROUNDS:-5}} (servers alternate within each round), a round is discarded and redone (<= ${BENCH_MAX_REDO:-same} extra) if $($PY $METHOD rule); medians [min..max], ratio = per-round paired ratios + bootstrap CI95; loadavg now $(cut -d' ' -f1-3 /proc/loadavg)"
 }

@@ -20,29 +20,18 @@ PY=/usr/bin/python3
 LIB=bench/lib/waitbench.py
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-256}
-ROUNDS=${ROUNDS:-5}
-SERVER_CORE=${SERVER_CORE:-1}
-WRK_CORE=${WRK_CORE:-0}
 CLIENTS=${CLIENTS:-500}
 SLOW_SECONDS=${SLOW_SECONDS:-6}
 POOLS=${POOLS:-"2 8"}
 PORT=${PORT:-24080}
 NGINX=${NGINX:-1}
-KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
-KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
-STAMP=$(date +%Y%m%d-%H%M%S)
-OUT=bench/results/wait-$STAMP.txt
-TMP=$(mktemp -d /tmp/khwait.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.3;
-            for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
+bench_knobs
+bench_paths wait
+OUT=$RESULT
+bench_pids_trap
 
 # the default binary is always brought up to date (a no-op when it is): no figure from a stale build
-if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
-fi
+if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then bench_build_release khamsin; fi
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 exec > >(tee "$OUT") 2>&1

@@ -220,7 +220,7 @@ def cmd_verdict(a):
         with open(a.log, "a") as f:
             f.write(json.dumps(rec) + "\n")
     if why:
-        print(f"  round {a.round} DISCARDED: disturbed ({rec['why']}; BENCH_MAX_FOREIGN / BENCH_MAX_STEAL set the thresholds)", flush=True)
+        print(f"  round {a.round} DISCARDED ({rec['secs']:.0f} s): disturbed ({rec['why']}; BENCH_MAX_FOREIGN / BENCH_MAX_STEAL set the thresholds)", flush=True)
         sys.exit(3)
     print(f"  round {a.round} kept ({rec['secs']:.0f} s; other processes {100 * foreign:.1f}% of the box"
           f"{' (' + top + ')' if top else ''}, kernel threads {100 * kthreads:.1f}%, steal {100 * steal:.1f}%;"

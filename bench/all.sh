@@ -11,7 +11,7 @@
 #
 # all.sh runs each script with settings cut to fit 20 min (bench/README.md "bench/all.sh: the time
 # budget" says what is cut and why); a script run alone keeps its own, longer defaults.
-# Env: ROUNDS=5 DURATION=3 (s per load window of http1 tls h2) XDURATION (the other sets' windows,
+# Env: ROUNDS=5 DURATION=2 (s per load window of http1 tls h2) XDURATION (the other sets' windows,
 #   default min(DURATION, 2)) WARMUP=1 HS_SECONDS=2 (tls handshake windows) SETS (default: all of
 #   http1 tls h2 json startup static compress websocket streams proxy redis reload wait h3 limits)
 #   BENCH_MAX_REDO=2 (extra rounds per part when rounds are discarded) BENCH_MAX_FOREIGN
@@ -23,14 +23,17 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PY=/usr/bin/python3
 . bench/lib/common.sh
-export ROUNDS=${ROUNDS:-5} DURATION=${DURATION:-3} WARMUP=${WARMUP:-1}
+export ROUNDS=${ROUNDS:-5} DURATION=${DURATION:-2} WARMUP=${WARMUP:-1}
 export BENCH_MAX_REDO=${BENCH_MAX_REDO:-2}
 ALL_SETS="http1 tls h2 json startup static compress websocket streams proxy redis reload wait h3 limits"
 SETS=${SETS:-$ALL_SETS}
 SMALL=${SMALL:-0}
 BUDGET=${BUDGET:-1200}
 HS=${HS_SECONDS:-2}
-if ((SMALL)); then IDLE=300 SRUNS=5 JN=20000 WSN=300 H3N=2000; else IDLE=2000 SRUNS=20 JN=50000 WSN=2000 H3N=10000; fi
+# IDLE: idle connections of http1 and h2 (TIDLE: tls, its python TLS client is slow), WSN: idle
+# WebSockets (half of it over TLS and h2) and broadcast fan-out, SN: idle SSE streams
+if ((SMALL)); then IDLE=300 TIDLE=300 SRUNS=5 JN=20000 WSN=300 SN=300 H3N=2000
+else IDLE=2000 TIDLE=1000 SRUNS=20 JN=50000 WSN=2000 SN=1000 H3N=10000; fi
 XD=${XDURATION:-$(( DURATION > 2 ? 2 : DURATION ))} # the secondary sets' windows
 
 # ------------------------------------------------------------ the budget ---
@@ -39,23 +42,23 @@ XD=${XDURATION:-$(( DURATION > 2 ? 2 : DURATION ))} # the secondary sets' window
 # method's snapshots) were measured per set on 2026-12-02 (bench/README.md "bench/all.sh: the time
 # budget"); redone rounds come on top (at most BENCH_MAX_REDO per part).
 est_set() {
-  local R=$ROUNDS D=$DURATION W=$WARMUP
-  case $1 in
-    http1) echo $(( 20 + R * (8 * (D + W) + 8 * 7 / 10) )) ;;             # 6 keep-alive + 2 close windows, idle 2 x IDLE
-    tls) echo $(( 25 + R * (2 * (D + W + 1) + 4 * (HS + 1)) )) ;;          # 2 load + 4 handshake windows, idle 3 x IDLE
-    h2) echo $(( 25 + R * 5 * (D + W + 1) )) ;;                             # 5 servers, idle 5 x IDLE
-    json) echo $(( 2 + R * (2 * JN * 45 / 1000000 + 1) )) ;;               # 2 codecs x (N/10 + 2 N) ops of ~20 us
-    startup) echo $(( 5 + SRUNS * 3 * 3 / 10 )) ;;                          # 3 servers x RUNS, + callgrind counts
-    static) echo $(( 10 + R * 4 * (XD + 1) )) ;;                           # 2 servers x 2 files
-    compress) echo $(( 10 + R * 8 * (XD + 1) )) ;;                         # 2 payloads x (khamsin, nginx) x (identity, gzip-5)
-    websocket) echo $(( 35 + R * 2 * (XD + 4) )) ;;                        # idle 3 cases, echo 2 servers, broadcast
-    streams) echo $(( 2 + R * 4 * 5 )) ;;                                  # 2 cases x 2 servers, ~5 s each
-    proxy) echo $(( 12 + R * 2 * (XD + 1) )) ;;                            # 2 proxies, + strace windows
-    redis) echo $(( 12 + R * 4 * (XD + 1) )) ;;                            # 4 runs, + strace windows
-    reload) echo $(( 20 + R * 2 * (XD + 1) )) ;;                           # saves, steady/reloading windows, idle instances
-    wait) echo $(( 25 + R * (5 + 2) * (XD + 1) )) ;;                       # 5 paths; 2 pool cases; nginx queue
-    h3) echo $(( 5 + R * 3 * (H3N / 4000 + 2) )) ;;                        # h3 h1 h2, N requests each
-    limits) echo $(( 2 * (4 + 3 + 6 + 3 + 3 + 3 + 10 + 3) )) ;;            # 7 parts x 2 servers, no rounds
+  local R=$ROUNDS D=$DURATION W=$WARMUP X=$XD
+  case $1 in # fixed + R x (windows x (window + overhead)), tenths of a second where it matters
+    http1) echo $(( 10 + R * (8 * (D + W) + 8 * 6 / 10) )) ;;            # 6 keep-alive + 2 close windows; idle 2 x IDLE
+    tls) echo $(( 10 + 3 * TIDLE / 100 + R * (2 * (D + W + 1) + 4 * (HS + 1)) )) ;; # 2 load + 4 handshake windows; idle 3 x TIDLE
+    h2) echo $(( 6 + 5 * IDLE / 500 + R * 5 * (D + W + 1) )) ;;           # 5 servers; idle 5 x IDLE
+    json) echo $(( 2 + R * (JN * 9 / 100000 + 1) )) ;;                    # 2 codecs x (N/10 + 2 N) ops of ~20 us
+    startup) echo $(( 5 + SRUNS * 3 / 4 )) ;;                             # 3 servers x RUNS, + callgrind counts
+    static) echo $(( 8 + R * 4 * (10 * X + 6) / 10 )) ;;                  # 2 servers x 2 files
+    compress) echo $(( 5 + R * 4 * (10 * X + 19) / 10 )) ;;               # (khamsin, nginx) x (identity, gzip-5), json
+    websocket) echo $(( 10 + 3 * WSN / 200 + R * 2 * (10 * X + 25) / 10 )) ;; # idle 3 cases, broadcast; echo 2 servers
+    streams) echo $(( 2 + R * 4 * (25 + 15 * SN / 1000) / 10 )) ;;        # 2 cases x 2 servers, SN streams + SN/2 warm-up
+    proxy) echo $(( 12 + R * 2 * (10 * X + 4) / 10 )) ;;                  # 2 proxies, + strace windows
+    redis) echo $(( 12 + R * 4 * (10 * X + 4) / 10 )) ;;                  # 4 runs, + strace windows
+    reload) echo $(( 15 + R * 2 * (10 * X + 4) / 10 )) ;;                 # saves, steady/reloading windows, idle instances
+    wait) echo $(( 16 + R * (4 * (10 * X + 4) + 2 * 42) / 10 )) ;;        # 4 paths; 2 x (3 s of slow clients)
+    h3) echo $(( 3 + R * 3 * (H3N / 5000 + 1) )) ;;                       # h3 h1 h2, N requests each
+    limits) echo $(( 2 * (3 + 1) + 2 + 2 * (3 + 1) + 2 * 4 + 2 + 2 * 6 + 2 * (6 + 3) )) ;; # 7 parts x 2 servers, no rounds
   esac
 }
 budget() {
@@ -126,24 +129,26 @@ for s in $SETS; do
     # quiet wait (the round's foreign-CPU check covers it)
     http1) run_set http1 env PARTS="load close idle" IDLE_CONNS=$IDLE CLOSE_SERVERS="khamsin nginx-lua" QUIET_WAIT=0 \
              NOISY_RETRIES=0 bench/http1.sh ;;
-    tls) run_set tls env HS_SECONDS=$HS IDLE_CONNS=$IDLE QUIET_WAIT=0 QUIET_BUDGET=0 bench/tls.sh ;;
+    tls) run_set tls env HS_SECONDS=$HS IDLE_CONNS=$TIDLE QUIET_WAIT=0 QUIET_BUDGET=0 bench/tls.sh ;;
     h2) run_set h2 env IDLE_CONNS=$IDLE bench/h2.sh ;;
     json) run_set json env N=$JN bench/json.sh ;;
     startup) run_set startup env RUNS=$SRUNS bench/startup.sh ;;
     static) run_set static env DURATION=$XD bench/static.sh ;;
-    compress) run_set compress env DURATION=$XD CODINGS=gzip GZIP_LEVELS=5 bench/compress.sh ;; # every coding: ~7 min
+    compress) run_set compress env DURATION=$XD CODINGS=gzip GZIP_LEVELS=5 PAYLOADS=json bench/compress.sh ;; # every coding and payload: ~7 min
     websocket) run_set websocket env KHAMSIN_BIN=build-release/khamsin IDLE_N=$WSN IDLE_N_TLS=$((WSN / 2)) IDLE_N_H2=$((WSN / 2)) \
                  ECHO_SECONDS=$XD BCAST_N=$WSN bench/websocket.sh ;;
     # h2c-100 (100 streams per connection) rather than h2 over TLS with one stream per connection:
     # the latter is an idle h2 TLS connection, which h2.sh's idle part measures already
-    streams) run_set streams env N=$WSN WARM=$((WSN / 2)) CASES="h1 h2c-100" bench/streams.sh ;;
+    streams) run_set streams env N=$SN WARM=$((SN / 2)) CASES="h1 h2c-100" bench/streams.sh ;;
     proxy) run_set proxy env DURATION=$XD bench/proxy.sh ;;
     redis) run_set redis env DURATION=$XD bench/redis.sh ;;
     reload) run_set reload env DURATION=$XD ROUNDS_SAVE=5 N_IDLE=10 bench/reload.sh ;;
-    wait) run_set wait env DURATION=$XD POOLS=4 CLIENTS=300 SLOW_SECONDS=4 bench/wait.sh ;;
+    # /sleep0?n=1 left out: no summary row uses it
+    wait) run_set wait env DURATION=$XD POOLS=4 CLIENTS=300 SLOW_SECONDS=3 WAIT_PATHS="/ /sleep0?n=100 /pool /defer" bench/wait.sh ;;
     h3) run_set h3 env N=$H3N KHAMSIN_BIN=$H3BIN bench/h3.sh ;;
-    limits) run_set limits env FD_SECS=4 SL_SECS=10 SL_CONNS=500 PARTS="fd pipeline slowread stopread idlekeep stopslow slowloris" \
-              bench/limits.sh
+    # readers at 4 MB/s instead of 1-2 (an 8 MiB body in ~2 s, still far below what loopback takes)
+    limits) run_set limits env FD_SECS=3 SL_SECS=6 SL_CONNS=500 SLOW_RATE=4000000 STOP_RATE=4000000 \
+              PARTS="fd pipeline slowread stopread idlekeep stopslow slowloris" bench/limits.sh
             echo "| limits | behaviour at the limits (counts and bounds, not rates: no rounds) | see its result file | - | - | - | - |" >>"$BENCH_SUMMARY" ;;
     *) echo "unknown set $s (known: $ALL_SETS)" >&2; exit 2 ;;
   esac

@@ -11,7 +11,8 @@
 #
 # all.sh runs each script with settings cut to fit 20 min (bench/README.md "bench/all.sh: the time
 # budget" says what is cut and why); a script run alone keeps its own, longer defaults.
-# Env: ROUNDS=5 DURATION=2 (s per load window of http1 tls h2) XDURATION (the other sets' windows,
+# Env: ROUNDS=5 DURATION=2 (s per load window of http1 h2) TLS_DURATION (tls's, default max(DURATION, 3))
+#   XDURATION (the other sets' windows,
 #   default min(DURATION, 2)) WARMUP=1 HS_SECONDS=2 (tls handshake windows) SETS (default: all of
 #   http1 tls h2 json startup static compress websocket streams proxy redis reload wait h3 limits)
 #   BENCH_MAX_REDO=2 (extra rounds per part when rounds are discarded) BENCH_MAX_FOREIGN
@@ -35,6 +36,9 @@ HS=${HS_SECONDS:-2}
 if ((SMALL)); then IDLE=300 TIDLE=300 SRUNS=5 JN=20000 WSN=300 SN=300 H3N=2000
 else IDLE=2000 TIDLE=1000 SRUNS=20 JN=50000 WSN=2000 SN=1000 H3N=10000; fi
 XD=${XDURATION:-$(( DURATION > 2 ? 2 : DURATION ))} # the secondary sets' windows
+# tls's keep-alive windows start with wrk's 256 full handshakes (~0.3 s on a quiet box): 3 s at least,
+# so that they stay a small part of the window
+TD=${TLS_DURATION:-$(( DURATION > 3 ? DURATION : 3 ))}
 
 # ------------------------------------------------------------ the budget ---
 # est_set NAME -> estimated seconds on a quiet box: fixed + ROUNDS x (windows per round x (window
@@ -44,8 +48,8 @@ XD=${XDURATION:-$(( DURATION > 2 ? 2 : DURATION ))} # the secondary sets' window
 est_set() {
   local R=$ROUNDS D=$DURATION W=$WARMUP X=$XD
   case $1 in # fixed + R x (windows x (window + overhead)), tenths of a second where it matters
-    http1) echo $(( 10 + R * (8 * (D + W) + 8 * 6 / 10) )) ;;            # 6 keep-alive + 2 close windows; idle 2 x IDLE
-    tls) echo $(( 10 + 3 * TIDLE / 100 + R * (2 * (D + W + 1) + 4 * (HS + 1)) )) ;; # 2 load + 4 handshake windows; idle 3 x TIDLE
+    http1) echo $(( 20 + R * (8 * (D + W) + 8 * 6 / 10) )) ;;            # 6 keep-alive + 2 close windows; idle 2 x IDLE
+    tls) echo $(( 10 + 3 * TIDLE / 100 + R * (2 * (TD + W + 1) + 4 * (HS + 1)) )) ;; # 2 load + 4 handshake windows; idle 3 x TIDLE
     h2) echo $(( 6 + 5 * IDLE / 500 + R * 5 * (D + W + 1) )) ;;           # 5 servers; idle 5 x IDLE
     json) echo $(( 2 + R * (JN * 9 / 100000 + 1) )) ;;                    # 2 codecs x (N/10 + 2 N) ops of ~20 us
     startup) echo $(( 5 + SRUNS * 3 / 4 )) ;;                             # 3 servers x RUNS, + callgrind counts
@@ -54,7 +58,7 @@ est_set() {
     websocket) echo $(( 10 + 3 * WSN / 200 + R * 2 * (10 * X + 25) / 10 )) ;; # idle 3 cases, broadcast; echo 2 servers
     streams) echo $(( 2 + R * 4 * (25 + 15 * SN / 1000) / 10 )) ;;        # 2 cases x 2 servers, SN streams + SN/2 warm-up
     proxy) echo $(( 12 + R * 2 * (10 * X + 4) / 10 )) ;;                  # 2 proxies, + strace windows
-    redis) echo $(( 12 + R * 4 * (10 * X + 4) / 10 )) ;;                  # 4 runs, + strace windows
+    redis) echo $(( 12 + R * 3 * (10 * X + 4) / 10 )) ;;                  # 3 runs, + strace windows
     reload) echo $(( 15 + R * 2 * (10 * X + 4) / 10 )) ;;                 # saves, steady/reloading windows, idle instances
     wait) echo $(( 16 + R * (4 * (10 * X + 4) + 2 * 42) / 10 )) ;;        # 4 paths; 2 x (3 s of slow clients)
     h3) echo $(( 3 + R * 3 * (H3N / 5000 + 1) )) ;;                       # h3 h1 h2, N requests each
@@ -69,7 +73,7 @@ budget() {
     "$( ((tot > BUDGET)) && echo ': OVER BUDGET' || true)"
   EST_TOTAL=$tot
 }
-echo "# bench/all.sh: ROUNDS=$ROUNDS DURATION=$DURATION XDURATION=$XD WARMUP=$WARMUP HS_SECONDS=$HS SMALL=$SMALL; dry budget on a quiet box:"
+echo "# bench/all.sh: ROUNDS=$ROUNDS DURATION=$DURATION TLS_DURATION=$TD XDURATION=$XD WARMUP=$WARMUP HS_SECONDS=$HS SMALL=$SMALL; dry budget on a quiet box:"
 budget
 if [[ ${DRY:-0} == 1 ]]; then exit 0; fi
 
@@ -93,7 +97,7 @@ T0=$(date +%s)
 {
   echo "# khamsin bench summary ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
   echo
-  echo "- command: \`ROUNDS=$ROUNDS DURATION=$DURATION XDURATION=$XD WARMUP=$WARMUP HS_SECONDS=$HS SETS=\"$SETS\" SMALL=$SMALL BENCH_MAX_REDO=$BENCH_MAX_REDO bench/all.sh\`"
+  echo "- command: \`ROUNDS=$ROUNDS DURATION=$DURATION TLS_DURATION=$TD XDURATION=$XD WARMUP=$WARMUP HS_SECONDS=$HS SETS=\"$SETS\" SMALL=$SMALL BENCH_MAX_REDO=$BENCH_MAX_REDO bench/all.sh\`"
   echo "- git: $(git rev-parse --short HEAD) ($(git status --porcelain -- core lua | wc -l) uncommitted change(s) under core/ lua/)"
   echo "- cpu: $($PY $METHOD cpu-model); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- method: bench/README.md \"Method\": figures are medians over the kept rounds [min..max, IQR from 4 rounds]; the ratio is khamsin / anchor per round (paired), median [min..max] and a bootstrap CI95; rounds kept / run (a round is discarded when $($PY $METHOD rule))"
@@ -129,7 +133,7 @@ for s in $SETS; do
     # quiet wait (the round's foreign-CPU check covers it)
     http1) run_set http1 env PARTS="load close idle" IDLE_CONNS=$IDLE CLOSE_SERVERS="khamsin nginx-lua" QUIET_WAIT=0 \
              NOISY_RETRIES=0 bench/http1.sh ;;
-    tls) run_set tls env HS_SECONDS=$HS IDLE_CONNS=$TIDLE QUIET_WAIT=0 QUIET_BUDGET=0 bench/tls.sh ;;
+    tls) run_set tls env DURATION=$TD HS_SECONDS=$HS IDLE_CONNS=$TIDLE QUIET_WAIT=0 QUIET_BUDGET=0 bench/tls.sh ;;
     h2) run_set h2 env IDLE_CONNS=$IDLE bench/h2.sh ;;
     json) run_set json env N=$JN bench/json.sh ;;
     startup) run_set startup env RUNS=$SRUNS bench/startup.sh ;;
@@ -141,7 +145,7 @@ for s in $SETS; do
     # the latter is an idle h2 TLS connection, which h2.sh's idle part measures already
     streams) run_set streams env N=$SN WARM=$((SN / 2)) CASES="h1 h2c-100" bench/streams.sh ;;
     proxy) run_set proxy env DURATION=$XD bench/proxy.sh ;;
-    redis) run_set redis env DURATION=$XD bench/redis.sh ;;
+    redis) run_set redis env DURATION=$XD BLOCKING=0 bench/redis.sh ;; # without the k.blocking run: no summary row uses it
     reload) run_set reload env DURATION=$XD ROUNDS_SAVE=5 N_IDLE=10 bench/reload.sh ;;
     # /sleep0?n=1 left out: no summary row uses it
     wait) run_set wait env DURATION=$XD POOLS=4 CLIENTS=300 SLOW_SECONDS=3 WAIT_PATHS="/ /sleep0?n=100 /pool /defer" bench/wait.sh ;;

@@ -35,6 +35,7 @@
 #include "kh_log.h"
 #include "kh_proto.h"
 #include "kh_tls13.h"
+#include "kh_tls_module.h"
 
 /* Session tickets (RFC 8446 §4.6.1): one AES-256-CBC + HMAC-SHA256 key encrypts new tickets for
  * ticket_rotate_s, then only decrypts for as long (its tickets get a fresh one, return 2), so a
@@ -105,10 +106,12 @@ static uint64_t mono_s(void)
 static const char *ssl_err(char *buf, size_t len)
 {
     unsigned long e = ERR_get_error();
-    if (e == 0)
+    if (e == 0) {
         snprintf(buf, len, "unknown error");
-    else
+    } else {
+        kh_tls_err_strings(); /* not loaded at start-up (kh_tls_module.h) */
         ERR_error_string_n(e, buf, len);
+    }
     ERR_clear_error();
     return buf;
 }

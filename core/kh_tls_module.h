@@ -55,4 +55,13 @@ typedef struct kh_tls_module_vt {
 
 typedef const kh_tls_module_vt *(*kh_tls_module_entry_fn)(void);
 
+/* Inside the module only (kh_tls.c, kh_tls_client.c): loads OpenSSL's error strings, once, before
+ * an error is formatted. kh_tls_module_get initialises OpenSSL without them: OpenSSL 3.0 loads
+ * every library's strings with the first error state a thread makes (in the first fetch of any
+ * algorithm, so at every start-up with a TLS listener), which cost ~1.0 M instructions and ~20
+ * page faults on the way to the first answer (bench/startup.sh), for text that only an error
+ * needs. Loaded late, the legacy per-library loaders cover every library but the 3.0 ones
+ * (PROV, DECODER, ...), whose reasons print as numbers ("reason(100)"). Thread-safe. */
+void kh_tls_err_strings(void);
+
 #endif

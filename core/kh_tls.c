@@ -22,8 +22,10 @@
 
 #include <openssl/core_names.h>
 #include <openssl/decoder.h>
+#include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/param_build.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
@@ -460,22 +462,106 @@ static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
     return ok ? 0 : -1;
 }
 
-/* The private key through a decoder asked for the certificate's key type only: what
- * SSL_CTX_use_PrivateKey_file does, minus trying every key type OpenSSL knows (~4 M of the
- * ~27 M instructions a TLS listener's start-up took, bench/startup.sh). -1 when it did not work
- * (the caller then takes OpenSSL's path, whose error says why); its errors are cleared. */
+/* An EC private key (PEM "PRIVATE KEY" holding id-ecPublicKey, or "EC PRIVATE KEY") without
+ * OpenSSL 3.0's decoders: the PEM body, the PKCS#8 and SEC1 structures through the ASN.1
+ * templates, then the key handed to the EC key manager as parameters (EVP_PKEY_fromdata), so
+ * the SSL_CTX holds the same provider-native key as before. A decoder context is set up by
+ * trying every decoder of the default provider against the wanted type: ~1.2 M instructions
+ * for an ECDSA P-256 key, this ~0.1 M (bench/startup.sh). NULL for anything else (another key
+ * type, an encrypted key, a curve the EC manager does not know): the caller takes the decoder
+ * path, whose errors say why. EC_KEY is deprecated in 3.0 but is the only parser of SEC1 that
+ * does not go through a decoder. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static EVP_PKEY *ec_key_read(const char *path)
+{
+    char *name = NULL, *header = NULL;
+    unsigned char *der = NULL;
+    long len = 0;
+    BIO *b = BIO_new_file(path, "r");
+    int ok = b && PEM_read_bio(b, &name, &header, &der, &len) == 1;
+    BIO_free(b);
+    EC_KEY *ec = NULL;
+    PKCS8_PRIV_KEY_INFO *p8 = NULL;
+    if (ok && strcmp(name, "EC PRIVATE KEY") == 0) {
+        const unsigned char *p = der;
+        ec = d2i_ECPrivateKey(NULL, &p, len);
+    } else if (ok && strcmp(name, "PRIVATE KEY") == 0) {
+        const unsigned char *p = der, *pk;
+        const ASN1_OBJECT *obj;
+        const X509_ALGOR *alg;
+        const void *pval;
+        int pklen, ptype;
+        p8 = d2i_PKCS8_PRIV_KEY_INFO(NULL, &p, len);
+        if (p8 && PKCS8_pkey_get0(&obj, &pk, &pklen, &alg, p8) == 1 &&
+            OBJ_obj2nid(obj) == NID_X9_62_id_ecPublicKey) {
+            X509_ALGOR_get0(NULL, &ptype, &pval, alg);
+            /* named curves only; the key inside may leave its parameters to the algorithm */
+            if (ptype == V_ASN1_OBJECT && (ec = EC_KEY_new_by_curve_name(OBJ_obj2nid(pval))) &&
+                d2i_ECPrivateKey(&ec, &pk, pklen) == NULL) {
+                EC_KEY_free(ec); /* d2i frees *a only when it allocated it */
+                ec = NULL;
+            }
+        }
+    }
+    EVP_PKEY *out = NULL;
+    const EC_GROUP *g = ec ? EC_KEY_get0_group(ec) : NULL;
+    const char *curve = g ? OBJ_nid2sn(EC_GROUP_get_curve_name(g)) : NULL;
+    unsigned char *pub = NULL;
+    size_t publen = curve && EC_KEY_get0_public_key(ec) && EC_KEY_get0_private_key(ec)
+                        ? EC_KEY_key2buf(ec, POINT_CONVERSION_UNCOMPRESSED, &pub, NULL) : 0;
+    OSSL_PARAM_BLD *bld = publen ? OSSL_PARAM_BLD_new() : NULL;
+    OSSL_PARAM *params = NULL;
+    if (bld && OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, curve, 0) == 1 &&
+        OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_PRIV_KEY, EC_KEY_get0_private_key(ec)) == 1 &&
+        OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, pub, publen) == 1 &&
+        (params = OSSL_PARAM_BLD_to_param(bld)) != NULL) {
+        EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+        if (pc == NULL || EVP_PKEY_fromdata_init(pc) != 1 ||
+            EVP_PKEY_fromdata(pc, &out, EVP_PKEY_KEYPAIR, params) != 1) {
+            EVP_PKEY_free(out);
+            out = NULL;
+        }
+        EVP_PKEY_CTX_free(pc);
+    }
+    OSSL_PARAM_free(params); /* clears the private key's bytes */
+    OSSL_PARAM_BLD_free(bld);
+    OPENSSL_free(pub);
+    EC_KEY_free(ec);
+    PKCS8_PRIV_KEY_INFO_free(p8);
+    if (der)
+        OPENSSL_cleanse(der, (size_t)len);
+    OPENSSL_free(der);
+    OPENSSL_free(name);
+    OPENSSL_free(header);
+    ERR_clear_error();
+    return out;
+}
+#pragma GCC diagnostic pop
+
+/* The private key through the narrowest path that works: ec_key_read for an EC key, else a
+ * decoder asked for the certificate's key type only: what SSL_CTX_use_PrivateKey_file does,
+ * minus trying every key type OpenSSL knows (~4 M of the ~27 M instructions a TLS listener's
+ * start-up took, bench/startup.sh). -1 when it did not work (the caller then takes OpenSSL's
+ * path, whose error says why); its errors are cleared. */
 static int use_key_narrow(SSL_CTX *ctx, const char *path)
 {
     X509 *x = SSL_CTX_get0_certificate(ctx);
     const char *type = x ? EVP_PKEY_get0_type_name(X509_get0_pubkey(x)) : NULL;
     if (type == NULL)
         return -1;
-    EVP_PKEY *pk = NULL;
-    OSSL_DECODER_CTX *dc = OSSL_DECODER_CTX_new_for_pkey(&pk, "PEM", NULL, type,
-                                                         EVP_PKEY_KEYPAIR, NULL, NULL);
-    BIO *b = BIO_new_file(path, "r");
-    int ok = dc && b && OSSL_DECODER_from_bio(dc, b) == 1 && pk &&
-             SSL_CTX_use_PrivateKey(ctx, pk) == 1;
+    EVP_PKEY *pk = strcmp(type, "EC") == 0 ? ec_key_read(path) : NULL;
+    OSSL_DECODER_CTX *dc = NULL;
+    BIO *b = NULL;
+    if (pk == NULL) {
+        dc = OSSL_DECODER_CTX_new_for_pkey(&pk, "PEM", NULL, type, EVP_PKEY_KEYPAIR, NULL, NULL);
+        b = BIO_new_file(path, "r");
+        if (dc == NULL || b == NULL || OSSL_DECODER_from_bio(dc, b) != 1) {
+            EVP_PKEY_free(pk);
+            pk = NULL;
+        }
+    }
+    int ok = pk && SSL_CTX_use_PrivateKey(ctx, pk) == 1;
     BIO_free(b);
     OSSL_DECODER_CTX_free(dc);
     EVP_PKEY_free(pk);

@@ -430,36 +430,40 @@ static int add_ext(X509 *x, int nid, const char *value)
     return r == 1 ? 0 : -1;
 }
 
-/* A P-256 certificate for localhost, 127.0.0.1 and ::1, valid from an hour ago for 365 days
- * (its key lives only in this process, so a long validity exposes nothing; browsers cap leaf
- * certificates at 398 days, and testssl rates "expires in < 60 days" as a finding). */
-static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
+/* EC keys through the legacy EC_KEY API, deprecated in 3.0 but the only way to parse SEC1 and
+ * to hand a public key to a certificate without OpenSSL 3.0's decoders and encoders, whose
+ * first use costs millions of instructions at start-up (they try every implementation the
+ * default provider has). The keys kept (in the SSL_CTX) are provider-native (ec_native), as
+ * before. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+/* The provider-native EVP_PKEY of a legacy EC_KEY holding a private key, or NULL. */
+static EVP_PKEY *ec_native(const EC_KEY *ec)
 {
-    char e[256];
-    EVP_PKEY *pk = EVP_EC_gen("P-256");
-    X509 *x = X509_new();
-    BIGNUM *serial = BN_new();
-    int ok = pk && x && serial && X509_set_version(x, 2) == 1 &&
-             BN_rand(serial, 63, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
-             BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(x)) != NULL &&
-             X509_gmtime_adj(X509_getm_notBefore(x), -3600) != NULL &&
-             X509_gmtime_adj(X509_getm_notAfter(x), 365L * 24 * 3600) != NULL &&
-             X509_set_pubkey(x, pk) == 1 &&
-             X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
-                                        (const unsigned char *)"localhost", -1, -1, 0) == 1 &&
-             X509_set_issuer_name(x, X509_get_subject_name(x)) == 1 &&
-             add_ext(x, NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1,IP:::1") == 0 &&
-             add_ext(x, NID_basic_constraints, "critical,CA:FALSE") == 0 &&
-             add_ext(x, NID_key_usage, "critical,digitalSignature") == 0 &&
-             add_ext(x, NID_ext_key_usage, "serverAuth") == 0 &&
-             X509_sign(x, pk, EVP_sha256()) > 0 && SSL_CTX_use_certificate(ctx, x) == 1 &&
-             SSL_CTX_use_PrivateKey(ctx, pk) == 1;
-    if (!ok)
-        snprintf(err, errlen, "--tls-self-signed: %s", ssl_err(e, sizeof e));
-    BN_free(serial);
-    X509_free(x);
-    EVP_PKEY_free(pk);
-    return ok ? 0 : -1;
+    EVP_PKEY *out = NULL;
+    const EC_GROUP *g = EC_KEY_get0_group(ec);
+    const char *curve = g ? OBJ_nid2sn(EC_GROUP_get_curve_name(g)) : NULL;
+    unsigned char *pub = NULL;
+    size_t publen = curve && EC_KEY_get0_public_key(ec) && EC_KEY_get0_private_key(ec)
+                        ? EC_KEY_key2buf(ec, POINT_CONVERSION_UNCOMPRESSED, &pub, NULL) : 0;
+    OSSL_PARAM_BLD *bld = publen ? OSSL_PARAM_BLD_new() : NULL;
+    OSSL_PARAM *params = NULL;
+    if (bld && OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, curve, 0) == 1 &&
+        OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_PRIV_KEY, EC_KEY_get0_private_key(ec)) == 1 &&
+        OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, pub, publen) == 1 &&
+        (params = OSSL_PARAM_BLD_to_param(bld)) != NULL) {
+        EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+        if (pc == NULL || EVP_PKEY_fromdata_init(pc) != 1 ||
+            EVP_PKEY_fromdata(pc, &out, EVP_PKEY_KEYPAIR, params) != 1) {
+            EVP_PKEY_free(out);
+            out = NULL;
+        }
+        EVP_PKEY_CTX_free(pc);
+    }
+    OSSL_PARAM_free(params); /* clears the private key's bytes */
+    OSSL_PARAM_BLD_free(bld);
+    OPENSSL_free(pub);
+    return out;
 }
 
 /* An EC private key (PEM "PRIVATE KEY" holding id-ecPublicKey, or "EC PRIVATE KEY") without
@@ -471,8 +475,6 @@ static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
  * type, an encrypted key, a curve the EC manager does not know): the caller takes the decoder
  * path, whose errors say why. EC_KEY is deprecated in 3.0 but is the only parser of SEC1 that
  * does not go through a decoder. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 static EVP_PKEY *ec_key_read(const char *path)
 {
     char *name = NULL, *header = NULL;
@@ -504,29 +506,7 @@ static EVP_PKEY *ec_key_read(const char *path)
             }
         }
     }
-    EVP_PKEY *out = NULL;
-    const EC_GROUP *g = ec ? EC_KEY_get0_group(ec) : NULL;
-    const char *curve = g ? OBJ_nid2sn(EC_GROUP_get_curve_name(g)) : NULL;
-    unsigned char *pub = NULL;
-    size_t publen = curve && EC_KEY_get0_public_key(ec) && EC_KEY_get0_private_key(ec)
-                        ? EC_KEY_key2buf(ec, POINT_CONVERSION_UNCOMPRESSED, &pub, NULL) : 0;
-    OSSL_PARAM_BLD *bld = publen ? OSSL_PARAM_BLD_new() : NULL;
-    OSSL_PARAM *params = NULL;
-    if (bld && OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, curve, 0) == 1 &&
-        OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_PRIV_KEY, EC_KEY_get0_private_key(ec)) == 1 &&
-        OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, pub, publen) == 1 &&
-        (params = OSSL_PARAM_BLD_to_param(bld)) != NULL) {
-        EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
-        if (pc == NULL || EVP_PKEY_fromdata_init(pc) != 1 ||
-            EVP_PKEY_fromdata(pc, &out, EVP_PKEY_KEYPAIR, params) != 1) {
-            EVP_PKEY_free(out);
-            out = NULL;
-        }
-        EVP_PKEY_CTX_free(pc);
-    }
-    OSSL_PARAM_free(params); /* clears the private key's bytes */
-    OSSL_PARAM_BLD_free(bld);
-    OPENSSL_free(pub);
+    EVP_PKEY *out = ec ? ec_native(ec) : NULL;
     EC_KEY_free(ec);
     PKCS8_PRIV_KEY_INFO_free(p8);
     if (der)
@@ -537,7 +517,60 @@ static EVP_PKEY *ec_key_read(const char *path)
     ERR_clear_error();
     return out;
 }
+/* A fresh P-256 key, provider-native (returned: the certificate is signed with it and the
+ * SSL_CTX holds it), and in *pub the same key as a legacy EVP_PKEY for X509_set_pubkey: given a
+ * native key, X509_set_pubkey encodes the public key through an OSSL_ENCODER and decodes it
+ * back through an OSSL_DECODER (~5.9 M instructions, the first use of both); given a legacy
+ * one, the EC method's pub_encode (bench/startup.sh). NULL (and *pub NULL) on failure. */
+static EVP_PKEY *ec_p256_gen(EVP_PKEY **pub)
+{
+    EC_KEY *ec = EC_KEY_new_by_curve_name(NID_X9_62_prime256v1);
+    EVP_PKEY *pk = NULL;
+    *pub = NULL;
+    if (ec && EC_KEY_generate_key(ec) == 1 && (*pub = EVP_PKEY_new()) != NULL &&
+        EVP_PKEY_set1_EC_KEY(*pub, ec) == 1)
+        pk = ec_native(ec);
+    EC_KEY_free(ec);
+    if (pk == NULL) {
+        EVP_PKEY_free(*pub);
+        *pub = NULL;
+    }
+    return pk;
+}
 #pragma GCC diagnostic pop
+
+/* A P-256 certificate for localhost, 127.0.0.1 and ::1, valid from an hour ago for 365 days
+ * (its key lives only in this process, so a long validity exposes nothing; browsers cap leaf
+ * certificates at 398 days, and testssl rates "expires in < 60 days" as a finding). */
+static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
+{
+    char e[256];
+    EVP_PKEY *pub, *pk = ec_p256_gen(&pub);
+    X509 *x = X509_new();
+    BIGNUM *serial = BN_new();
+    int ok = pub && pk && x && serial && X509_set_version(x, 2) == 1 &&
+             BN_rand(serial, 63, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
+             BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(x)) != NULL &&
+             X509_gmtime_adj(X509_getm_notBefore(x), -3600) != NULL &&
+             X509_gmtime_adj(X509_getm_notAfter(x), 365L * 24 * 3600) != NULL &&
+             X509_set_pubkey(x, pub) == 1 &&
+             X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
+                                        (const unsigned char *)"localhost", -1, -1, 0) == 1 &&
+             X509_set_issuer_name(x, X509_get_subject_name(x)) == 1 &&
+             add_ext(x, NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1,IP:::1") == 0 &&
+             add_ext(x, NID_basic_constraints, "critical,CA:FALSE") == 0 &&
+             add_ext(x, NID_key_usage, "critical,digitalSignature") == 0 &&
+             add_ext(x, NID_ext_key_usage, "serverAuth") == 0 &&
+             X509_sign(x, pk, EVP_sha256()) > 0 && SSL_CTX_use_certificate(ctx, x) == 1 &&
+             SSL_CTX_use_PrivateKey(ctx, pk) == 1;
+    if (!ok)
+        snprintf(err, errlen, "--tls-self-signed: %s", ssl_err(e, sizeof e));
+    BN_free(serial);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+    EVP_PKEY_free(pub);
+    return ok ? 0 : -1;
+}
 
 /* The private key through the narrowest path that works: ec_key_read for an EC key, else a
  * decoder asked for the certificate's key type only: what SSL_CTX_use_PrivateKey_file does,

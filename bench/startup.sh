@@ -48,7 +48,9 @@ ir_case() { # name listen-args... -> Ir of exec -> first request in Lua; keeps t
   pid=$!
   for ((i = 0; i < 600; i++)); do
     kill -0 "$pid" 2>/dev/null || break
-    curl -sk --max-time 5 -o /dev/null "$SCHEME://127.0.0.1:$PORT/" || true
+    # a long timeout: under valgrind on a loaded box a handshake can take seconds, and a retry
+    # would count a second handshake (and the twins built after the first connection closed)
+    curl -sk --max-time 120 -o /dev/null "$SCHEME://127.0.0.1:$PORT/" || true
     sleep 0.1
   done
   wait "$pid" || true

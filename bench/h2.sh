@@ -17,6 +17,7 @@
 #   WARMUP=2 IDLE_CONNS=2000 PARTS="load idle" (also: ir sys) BASE_PORT=25480
 #   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 CLIENT_CORE=0 NICE=-20 (if root, else 0)
 #   IR_N=20000 (requests of the ir and sys parts: h2load -c CONNS -m STREAMS -n IR_N)
+#   CG_KEEP= (a directory: the ir part's callgrind files are copied there, for callgrind_annotate)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -276,6 +277,7 @@ main() {
       printf '  %-16s %8d Ir/request   (base %d Ir, with load %d Ir; %s)\n' "$s" $(((load - base) / IR_N)) "$base" "$load" \
         "$(grep -m1 '^traffic:' "$TMP/cg/$s.h2load")"
       echo "$s $(((load - base) / IR_N))" >>"$TMP/ir.txt"
+      [[ -z ${CG_KEEP:-} ]] || { mkdir -p "$CG_KEEP" && cp "$TMP/cg/$s"-* "$CG_KEEP/"; }
     done
     for s in $SERVERS; do
       [[ $s == *-tls || $s == nginx* ]] && continue

@@ -57,9 +57,9 @@
  *    itself is a PROTOCOL_ERROR, and every PRIORITY frame counts toward h2_flood_frames. */
 #include "kh_h2.h"
 
-#include <malloc.h>
 #include <nghttp2/nghttp2.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -150,6 +150,7 @@ typedef struct h2_stream {
     kh_buf buf;  /* request fields while they arrive, then the response body not yet framed */
     size_t off;  /* response bytes of buf already handed to nghttp2 */
     uint64_t tun_last; /* a tunnel: loop ms of its last byte either way (tun_timer) */
+    void *hblk; /* the response head's bytes nghttp2 points to until HEADERS is out (h2_head) */
 } h2_stream;
 
 _Static_assert(sizeof(h2_conn *) <= sizeof(((kh_conn *)0)->proto_inline), "h2 pointer fits");
@@ -174,6 +175,7 @@ static inline h2_stream *HS(kh_stream *s)
 
 static const kh_sink_vt h2_sink;
 static void h2_free(h2_conn *h);
+static void head_block_free(h2_stream *hs);
 static void on_tunnel_timer(kh_dtimer *t);
 
 /* ---- helpers ---- */
@@ -302,9 +304,39 @@ static int check_frame(h2_conn *h, uint8_t type, int32_t id, uint32_t len)
     }
 }
 
+/* A complete frame header hd, the frame's first byte at p + at: feeds nghttp2 what comes before
+ * it (from p + *fed) when the check needs nghttp2 to have seen every earlier frame, then checks
+ * it. Returns 0 to go on, 1 when the connection is failing or gone (stop), or mem_recv's error
+ * (< 0). */
+static ssize_t frame_header(h2_conn *h, const uint8_t *hd, const uint8_t *p, size_t *fed,
+                            size_t at)
+{
+    uint32_t len = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
+    int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
+                            (uint32_t)hd[7] << 8 | hd[8]) &
+                           0x7fffffffu);
+    /* nghttp2 must have seen every earlier frame when the verdict depends on its stream state
+     * or may end the connection; a HEADERS opening a new stream (the common case) needs no cut */
+    int cut = hd[3] == NGHTTP2_PRIORITY ||
+              ((hd[3] == NGHTTP2_DATA || hd[3] == NGHTTP2_HEADERS) && id <= h->max_id);
+    if (cut && *fed < at) {
+        ssize_t r = nghttp2_session_mem_recv(h->ng, p + *fed, at - *fed);
+        *fed = at;
+        if (r < 0)
+            return r;
+        if (h->flags & (H2_FAILED | H2_DEAD))
+            return 1;
+    }
+    h->sc_left = len;
+    h->sc_pri_id = 0;
+    return check_frame(h, hd[3], id, len) ? 1 : 0;
+}
+
 /* Feeds n bytes to nghttp2, cut before a frame header whose check needs nghttp2 to have seen the
  * frames before it (check_frame). Returns 0 or the first error of mem_recv; stops early (0)
- * when the connection is failing or gone. */
+ * when the connection is failing or gone. A frame header whole in the input is read in place
+ * (the byte-by-byte path, for one split across reads, cost ~180 of 17,300 instructions a
+ * request: bench/h2.sh PARTS=ir). */
 static ssize_t scan_recv(h2_conn *h, const uint8_t *p, size_t n)
 {
     size_t at = 0, fed = 0;
@@ -337,32 +369,20 @@ static ssize_t scan_recv(h2_conn *h, const uint8_t *p, size_t n)
             }
             h->sc_left -= (uint32_t)k;
             at += k;
+        } else if (h->sc_nhd == 0 && n - at >= 9) {
+            r = frame_header(h, p + at, p, &fed, at);
+            if (r != 0)
+                return r < 0 ? r : 0;
+            at += 9;
         } else {
             h->sc_hd[h->sc_nhd++] = p[at];
             if (h->sc_nhd == 9) {
                 h->sc_nhd = 0;
-                const uint8_t *hd = h->sc_hd;
-                uint32_t len = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
-                int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
-                                        (uint32_t)hd[7] << 8 | hd[8]) &
-                                       0x7fffffffu);
-                /* nghttp2 must have seen every earlier frame when the verdict depends on its
-                 * stream state or may end the connection; a HEADERS opening a new stream (the
-                 * common case) needs no cut */
-                int cut = hd[3] == NGHTTP2_PRIORITY ||
-                          ((hd[3] == NGHTTP2_DATA || hd[3] == NGHTTP2_HEADERS) && id <= h->max_id);
-                if (cut && fed < at) {
-                    r = nghttp2_session_mem_recv(h->ng, p + fed, at - fed);
-                    fed = at;
-                    if (r < 0)
-                        return r;
-                    if (h->flags & (H2_FAILED | H2_DEAD))
-                        return 0;
-                }
-                h->sc_left = len;
-                h->sc_pri_id = 0;
-                if (check_frame(h, hd[3], id, len))
-                    return 0;
+                /* (the header's first 8 bytes may have been fed already: nghttp2 acts on a
+                 * frame header only once it has all 9) */
+                r = frame_header(h, h->sc_hd, p, &fed, at);
+                if (r != 0)
+                    return r < 0 ? r : 0;
             }
             at++;
         }
@@ -424,6 +444,7 @@ static void stream_gone(h2_conn *h, kh_stream *s, int err)
         h->hd_id = 0, h->hd_stream = NULL;
     unlink_stream(h, s);
     kh_buf_release(&hs->buf, &h->c->w->bufs);
+    head_block_free(hs);
     hs->off = 0;
     hs->id = 0;
     hs->flags &= HS_PENDING;    /* a queued dispatch still holds its ref and will see proto NULL */
@@ -471,17 +492,14 @@ static void store_field(kh_conn *c, h2_stream *hs, const uint8_t *name, size_t n
                         const uint8_t *value, size_t vlen)
 {
     uint32_t lens[2] = {(uint32_t)nlen, (uint32_t)vlen};
-    char *o = kh_buf_reserve(&hs->buf, &c->w->bufs, sizeof lens + nlen + vlen);
+    size_t need = sizeof lens + nlen + vlen;
+    char *o = KH_LIKELY(hs->buf.cap - hs->buf.len >= need) ? hs->buf.base + hs->buf.len
+                                                          : kh_buf_reserve(&hs->buf, &c->w->bufs, need);
     memcpy(o, lens, sizeof lens);
     memcpy(o + sizeof lens, name, nlen);
     if (vlen)
         memcpy(o + sizeof lens + nlen, value, vlen);
     hs->buf.len += sizeof lens + nlen + vlen;
-}
-
-static int is_pseudo(kh_str n, const char *lit)
-{
-    return kh_str_eq(n, lit, strlen(lit));
 }
 
 /* Host names compare case-insensitively (RFC 3986 §6.2.2.1); the rest is compared as sent. */
@@ -526,13 +544,16 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
             kh_str val = {hs->buf.base + at + 8 + lens[0], lens[1]};
             at += 8 + lens[0] + lens[1];
             if (nm.len && nm.ptr[0] == ':') {
-                if (is_pseudo(nm, ":method"))
+                /* nghttp2 let through only :method, :scheme, :path, :authority and :protocol
+                 * (nghttp2_http_on_header): the length tells them apart, but for :method and
+                 * :scheme (no memcmp each) */
+                if (nm.len == 7 && nm.ptr[1] == 'm')
                     method = val;
-                else if (is_pseudo(nm, ":path"))
+                else if (nm.len == 5)
                     path = val;
-                else if (is_pseudo(nm, ":authority"))
+                else if (nm.len == 10)
                     authority = val;
-                else if (is_pseudo(nm, ":protocol")) /* (:scheme: the connection says) */
+                else if (nm.len == 9) /* (:scheme: the connection says) */
                     protocol = val; /* RFC 8441 §4; nghttp2 allows it on CONNECT only */
                 continue;
             }
@@ -752,7 +773,8 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
     kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
     if (s == NULL)
         return 0;
-    nghttp2_session_set_stream_user_data(ng, id, NULL);
+    /* (no set_stream_user_data(NULL): with no closed streams kept, nghttp2 destroys the stream
+     * right after this callback) */
     if (code != NGHTTP2_NO_ERROR)
         KH_LOG_DEBUG("c%u h2: stream %d reset: %s", h->c->id, id, nghttp2_http2_strerror(code));
     if (!(HS(s)->flags & HS_RST_SENT))
@@ -855,15 +877,28 @@ static _Thread_local struct {
 static int h2_page4k; /* the page size is H2_ZPAGE (set once, with the callbacks) */
 
 /* nghttp2's small blocks per request: two outbound items (152 bytes in 1.52), the stream (224),
- * the copy of the response's header list (~390); malloc'd and freed in bursts of a read's worth
+ * the copy of the response's header list (~300); malloc'd and freed in bursts of a read's worth
  * of streams, more of one size than glibc's per-thread cache keeps (7), so most went through
  * _int_malloc/_int_free: ~1,100 instructions a request. A free list per size class per worker
- * thread takes them instead: a block freed goes to the largest class its usable size holds
- * (malloc_usable_size: no header, and any block nghttp2 frees is a valid block of that size),
- * up to H2_CACHE_BYTES a thread; emptied when the thread's last session goes (h2_cache_drain).
- * Under ASan a cached block is poisoned past its link, so a use after free is still caught. */
-enum { H2_NCLASS = 6, H2_CACHE_BYTES = 1024 * 1024 };
-static const uint16_t h2_class[H2_NCLASS] = {64, 96, 160, 240, 400, 512};
+ * thread takes them instead, up to H2_CACHE_BYTES a thread; emptied when the thread's last
+ * session goes (h2_cache_drain). Each block nghttp2 gets from us (but the shared frame buffer and
+ * the stream map's page, told apart by address) has a 16-byte header in front holding its class
+ * (H2_BIG: a plain malloc of any size), so a free needs neither malloc_usable_size nor a search:
+ * 423 -> ~150 instructions of allocation a request (bench/h2.sh PARTS=ir). Under ASan a cached
+ * block is poisoned past its link, so a use after free is still caught. */
+enum { H2_NCLASS = 6, H2_CACHE_BYTES = 1024 * 1024, H2_HDR = 16, H2_BIG = 0xff };
+enum { H2_HBLK = 240 - H2_HDR }; /* h2_head's block: a usual head's copied bytes fit */
+static const uint16_t h2_class[H2_NCLASS] = {64, 96, 160, 240, 400, 512}; /* header included */
+/* h2_class_of[(n + H2_HDR + 15) / 16]: the smallest class holding n bytes and the header */
+static const uint8_t h2_class_of[512 / 16 + 1] = {
+    0, 0, 0, 0, 0,                      /* up to 64 */
+    1, 1,                               /* 96 */
+    2, 2, 2, 2,                         /* 160 */
+    3, 3, 3, 3, 3,                      /* 240 */
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4,       /* 400 */
+    5, 5, 5, 5, 5, 5, 5,                /* 512 */
+};
+_Static_assert(sizeof h2_class_of == 33, "one entry per 16 bytes up to 512");
 static _Thread_local struct {
     void *head[H2_NCLASS];
     size_t bytes;
@@ -871,38 +906,36 @@ static _Thread_local struct {
 
 static void *h2_cache_get(size_t n)
 {
-    int k = 0;
-    while (h2_class[k] < n)
-        k++;
-    void *p = h2_cache.head[k];
-    if (p == NULL)
-        return malloc(h2_class[k]);
+    unsigned k = n + H2_HDR <= h2_class[H2_NCLASS - 1] ? h2_class_of[(n + H2_HDR + 15) / 16]
+                                                       : H2_BIG;
+    uint8_t *b;
+    if (k != H2_BIG && (b = h2_cache.head[k]) != NULL) {
 #ifdef KH_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(p, h2_class[k]);
+        ASAN_UNPOISON_MEMORY_REGION(b, h2_class[k]);
 #endif
-    memcpy(&h2_cache.head[k], p, sizeof p);
-    h2_cache.bytes -= h2_class[k];
-    return p;
+        memcpy(&h2_cache.head[k], b, sizeof(void *));
+        h2_cache.bytes -= h2_class[k];
+    } else if ((b = malloc(k != H2_BIG ? h2_class[k] : n + H2_HDR)) == NULL) {
+        return NULL;
+    }
+    b[0] = (uint8_t)k;
+    return b + H2_HDR;
 }
 
-/* Returns 1 when p was kept. */
-static int h2_cache_put(void *p)
+static void h2_cache_put(void *p)
 {
-    size_t u = malloc_usable_size(p);
-    if (u < h2_class[0] || u > 2 * h2_class[H2_NCLASS - 1])
-        return 0;
-    int k = H2_NCLASS - 1;
-    while (h2_class[k] > u)
-        k--;
-    if (h2_cache.bytes + h2_class[k] > H2_CACHE_BYTES)
-        return 0;
-    memcpy(p, &h2_cache.head[k], sizeof p);
-    h2_cache.head[k] = p;
+    uint8_t *b = (uint8_t *)p - H2_HDR;
+    unsigned k = b[0];
+    if (k == H2_BIG || h2_cache.bytes + h2_class[k] > H2_CACHE_BYTES) {
+        free(b);
+        return;
+    }
+    memcpy(b, &h2_cache.head[k], sizeof(void *));
+    h2_cache.head[k] = b;
     h2_cache.bytes += h2_class[k];
 #ifdef KH_ASAN
-    ASAN_POISON_MEMORY_REGION((char *)p + sizeof p, h2_class[k] - sizeof p);
+    ASAN_POISON_MEMORY_REGION(b + sizeof(void *), h2_class[k] - sizeof(void *));
 #endif
-    return 1;
 }
 
 static void h2_cache_drain(void)
@@ -910,10 +943,10 @@ static void h2_cache_drain(void)
     for (int k = 0; k < H2_NCLASS; k++)
         while (h2_cache.head[k]) {
             void *p = h2_cache.head[k];
-            memcpy(&h2_cache.head[k], p, sizeof p);
 #ifdef KH_ASAN
             ASAN_UNPOISON_MEMORY_REGION(p, h2_class[k]);
 #endif
+            memcpy(&h2_cache.head[k], p, sizeof p);
             free(p);
         }
     h2_cache.bytes = 0;
@@ -941,36 +974,44 @@ static void *h2m_malloc(size_t n, void *ud)
         h2_fb.users++;
         return h2_fb.buf;
     }
-    return n <= h2_class[H2_NCLASS - 1] ? h2_cache_get(n) : malloc(n);
+    return n <= SIZE_MAX - H2_HDR ? h2_cache_get(n) : NULL;
 }
 
 static void h2m_free(void *p, void *ud)
 {
     h2_conn *h = ud;
-    if (p != NULL && p == h->zpage)
+    if (p == NULL)
+        return;
+    if (p == h->zpage) {
         h->zpage = NULL; /* a map that grew frees its first table */
-    if (p != NULL && p == h2_fb.buf) {
+        free(p);
+        return;
+    }
+    if (p == h2_fb.buf) {
         if (--h2_fb.users == 0) {
             free(h2_fb.buf);
             h2_fb.buf = NULL;
         }
         return;
     }
-    if (p != NULL && h2_cache_put(p))
-        return;
-    free(p);
+    h2_cache_put(p);
 }
 
 static void *h2m_calloc(size_t n, size_t size, void *ud)
 {
     h2_conn *h = ud;
+    if (size && n > SIZE_MAX / size)
+        return NULL;
     if (h2_page4k && ud == h2_fb.creating && h->zpage == NULL && n * size == H2_ZPAGE) {
         void *p = aligned_alloc(H2_ZPAGE, H2_ZPAGE);
         if (p)
             memset(p, 0, H2_ZPAGE);
         return h->zpage = p;
     }
-    return calloc(n, size);
+    void *p = h2m_malloc(n * size, ud);
+    if (p)
+        memset(p, 0, n * size);
+    return p;
 }
 
 /* update_timer, as the connection goes idle: the map's page back if it holds only zeros. */
@@ -985,22 +1026,44 @@ static void zpage_give_back(h2_conn *h, uint64_t now)
         if (q[i])
             return;
     madvise(h->zpage, H2_ZPAGE, MADV_DONTNEED);
-
 }
 
+/* Not on the request path (nghttp2 1.52 reallocs only a header block's buffers): a new block
+ * and a copy, whatever the sizes. */
 static void *h2m_realloc(void *p, size_t n, void *ud)
 {
+    h2_conn *h = ud;
     if (p == NULL)
         return h2m_malloc(n, ud); /* nghttp2_buf_reserve allocates the frame buffer this way */
-    if (p == h2_fb.buf) {         /* not done by 1.52; a private copy if it ever is */
-        void *q = malloc(n);
-        if (q == NULL)
-            return NULL;
-        memcpy(q, p, KH_MIN(n, (size_t)H2_FRAMEBUF_CHUNKLEN));
-        h2m_free(p, ud);
-        return q;
+    size_t old;
+    if (p == h2_fb.buf)
+        old = H2_FRAMEBUF_CHUNKLEN; /* not done by 1.52; a private copy if it ever is */
+    else if (p == h->zpage)
+        old = H2_ZPAGE;
+    else {
+        uint8_t *b = (uint8_t *)p - H2_HDR;
+        if (b[0] == H2_BIG) {
+            if (n > SIZE_MAX - H2_HDR || (b = realloc(b, n + H2_HDR)) == NULL)
+                return NULL;
+            return b + H2_HDR;
+        }
+        old = h2_class[b[0]] - H2_HDR;
     }
-    return realloc(p, n);
+    void *q = h2m_malloc(n, ud);
+    if (q == NULL)
+        return NULL;
+    memcpy(q, p, KH_MIN(n, old));
+    h2m_free(p, ud);
+    return q;
+}
+
+/* The response head's block (h2_head), once nghttp2 no longer points into it. */
+static void head_block_free(h2_stream *hs)
+{
+    if (hs->hblk) {
+        h2_cache_put(hs->hblk);
+        hs->hblk = NULL;
+    }
 }
 
 /* ---- the connection ---- */
@@ -1507,6 +1570,7 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     h2_conn *h = ud;
     kh_stream *s = src->ptr;
     h2_stream *hs = HS(s);
+    head_block_free(hs); /* HEADERS is out: DATA is asked for only after it */
     size_t avail = hs->buf.len - hs->off;
     if (avail == 0) {
         if (hs->flags & HS_FIN) {
@@ -1541,10 +1605,26 @@ static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
     kh_stream_head_build(&b, s, status, hdr, n, clen);
     nghttp2_nv local[KH_HEAD_LOCAL];
     nghttp2_nv *nv = b.n <= KH_HEAD_LOCAL ? local : kh_xmalloc(b.n * sizeof *nv);
+    /* The names and values go to nghttp2 uncopied (NO_COPY_NAME | NO_COPY_VALUE): nghttp2's
+     * nghttp2_nv_array_copy copied each field and lower-cased every name again, ~590 of 17,300
+     * instructions a request (bench/h2.sh PARTS=ir). A name the builder did not lower into
+     * b.lower is one of its static literals (":status", "server", "date", "content-length";
+     * kh_stream.h), and so is such a field's value unless it is in b (the status and length
+     * digits): "khamsin", or the worker's Date (rewritten in place once a second, so a HEADERS
+     * packed later still reads a valid date). Everything else (the lowered names, the app's
+     * values, the digits) is copied into one block of ours that lives until HEADERS is packed:
+     * freed by read_body, which nghttp2 calls only once HEADERS is out, or when the stream
+     * goes. A field that does not fit in the block is copied by nghttp2, as before. */
+    int lower_local = b.lower == b.lower_local;
+    uint8_t *at = lower_local && hs->hblk == NULL ? h2_cache_get(H2_HBLK) : NULL;
+    uint8_t *end = at ? at + H2_HBLK : NULL;
+    if (at)
+        hs->hblk = at;
+    const char *bb = (const char *)&b, *be = (const char *)(&b + 1);
     for (size_t i = 0; i < b.n; i++) {
-        kh_str nm = b.f[i].name;
-        nv[i] = (nghttp2_nv){(uint8_t *)nm.ptr, (uint8_t *)b.f[i].value.ptr, nm.len,
-                             b.f[i].value.len, NGHTTP2_NV_FLAG_NONE};
+        kh_str nm = b.f[i].name, val = b.f[i].value;
+        nv[i] = (nghttp2_nv){(uint8_t *)nm.ptr, (uint8_t *)val.ptr, nm.len, val.len,
+                             NGHTTP2_NV_FLAG_NONE};
         /* x-request-id differs on every response: indexed, each one pushes an entry into the
          * HPACK table that no later response matches, and the table fills with them (~70 in
          * 4 KB), all in one hash chain that nghttp2 walks, comparing, for every x-request-id:
@@ -1553,11 +1633,29 @@ static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
          * is still indexed, so that the name stays in the table and goes out as an index. */
         if (nm.len == 12 && memcmp(nm.ptr, "x-request-id", 12) == 0 && (hs->id & 127) != 1)
             nv[i].flags = NGHTTP2_NV_FLAG_NO_INDEX;
-        /* a name the builder did not lower into b.lower is one of its static literals (":status",
-         * "server", "date", "content-length"; kh_stream.h): nghttp2 need not copy and lower it */
-        if (b.lower == b.lower_local &&
-            (nm.ptr < b.lower_local || nm.ptr >= b.lower_local + sizeof b.lower_local))
+        int lowered = nm.ptr >= b.lower_local && nm.ptr < b.lower_local + sizeof b.lower_local;
+        if (!lower_local)
+            continue;
+        if (!lowered) {
             nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_NAME;
+            if (at && !(val.ptr >= bb && val.ptr < be)) {
+                nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+                continue;
+            }
+        }
+        if (at == NULL || (lowered ? nm.len : 0) + val.len > (size_t)(end - at))
+            continue;
+        if (lowered) {
+            memcpy(at, nm.ptr, nm.len);
+            nv[i].name = at;
+            at += nm.len;
+            nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_NAME; /* lower case: the builder's */
+        }
+        if (val.len)
+            memcpy(at, val.ptr, val.len);
+        nv[i].value = at;
+        at += val.len;
+        nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_VALUE;
     }
     if (b.no_data)
         hs->flags |= HS_NO_DATA;
@@ -1571,6 +1669,7 @@ static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
     kh_worker_schedule_flush(c->w, c);
     if (r != 0) {
         KH_LOG_DEBUG("c%u h2: stream %d: submit_response: %s", c->id, hs->id, nghttp2_strerror(r));
+        head_block_free(hs);
         return KH_ECLOSED;
     }
     hs->flags |= HS_SUBMITTED;

@@ -152,7 +152,7 @@ cg_start() { # name port outprefix
   mapfile -t cmd < <(server_cmd "$1" "$2")
   # under callgrind on a busy box a run can outlast the idle timeout of the h2load clients that
   # finished their share first (khamsin's 60 s): they would be closed and counted as failures.
-  # Slow Lua slice warnings (slice_warn_ms: a handler that runs 50x slower under callgrind on a
+  # Slow Lua slice warnings (slice_warn_ms: a handler runs many times slower under callgrind on a
   # loaded box) are off: ~400 log lines, ~150 Ir/request that depend on the box's load.
   # Still wall-clock driven, so figures of runs made under different load differ by a few hundred
   # Ir/request: the Date field's literal (one per second per connection, HPACK) and the idle

@@ -284,6 +284,7 @@ static int l_body(lua_State *L)
     switch (s->body_state) {
     case KH_BODY_COMPLETE:
         lua_pushlstring(L, s->body.base ? s->body.base : "", s->body.len);
+        kh__lua_gc_paid(K_UPVALUE(L), L, s->body.len);
         return 1;
     case KH_BODY_TOO_LARGE:
         lua_pushnil(L);

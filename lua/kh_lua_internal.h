@@ -101,6 +101,7 @@ struct kh_lua {
     const char **route_names; /* route ref -> "GET /users/:id" (Lua strings of the routes table) */
     size_t route_names_len;
     kh_lua_irq *irq;          /* the worker thread's */
+    int gc_live_kb;           /* kh__lua_gc_paid: the Lua heap after the last cycle it saw end */
 };
 
 /* The sentinel every engine wait yields, so a user coroutine wrapper can pass it upward. */
@@ -109,6 +110,9 @@ extern char kh__lua_yield_sentinel;
 extern char kh__lua_routes_key;
 #define KH_YIELD ((void *)&kh__lua_yield_sentinel)
 
+/* kh_lua_state.c: after C pushed a string of n bytes (a request body, a body chunk), the
+ * collector's work for it: LuaJIT paces by allocation checks, not bytes (see there). */
+void kh__lua_gc_paid(kh_lua *K, lua_State *L, size_t n);
 /* Registers the `khamsin.core` C module in L (package.preload). */
 void kh__lua_open_core(lua_State *L, kh_lua *K);
 /* Adds the wait functions (sleep, timer, blocking, defer, publish, resolve) to the core table

@@ -559,6 +559,7 @@ void kh__lua_on_body(void *app, kh_stream *s)
     switch (s->body_state) {
     case KH_BODY_COMPLETE:
         lua_pushlstring(co, s->body.base ? s->body.base : "", s->body.len);
+        kh__lua_gc_paid(K, co, s->body.len); /* on co, as lua_pushlstring's own GC check */
         n = 1;
         break;
     case KH_BODY_TOO_LARGE:

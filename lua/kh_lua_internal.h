@@ -147,6 +147,8 @@ void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs);
  * arguments). Inside a slice it goes on the ready list instead, drained when the slice ends,
  * so lua_resume calls never nest. */
 void kh__lua_wake(kh_lua *K, kh_lua_co *c, int nargs);
+/* The coroutine whose slice runs now on this thread (of any instance), or NULL outside a slice. */
+kh_lua_co *kh__lua_running(void);
 /* Runs khamsin's _event(kind, ...) in a new coroutine; the nargs values after kind are taken
  * from the top of K->L's stack. */
 void kh__lua_spawn_event(kh_lua *K, const char *what, int nargs);

@@ -287,6 +287,11 @@ static _Thread_local kh_lua_irq *thread_irq;
 static _Thread_local int in_slice;
 static _Thread_local kh_lua_co *ready_head, *ready_tail;
 
+kh_lua_co *kh__lua_running(void)
+{
+    return in_slice && hook_K ? hook_K->current : NULL;
+}
+
 /* The signal that carries an interrupt to the worker's thread: ignored by default, so one that
  * comes before the handler is installed does nothing (Go's runtime preempts with it too). */
 #define KH_IRQ_SIGNAL SIGURG

@@ -1,7 +1,8 @@
--- The FFI hot path (issue 15, style.md §4): req.method / req.path through kh_lua_req_str
--- (lua/kh_lua_core.c), the other fields through core.head; replies through core.respond. They
--- must answer alike: the shapes a handler returns, HEAD, a 204, a request read after a wait, and
--- a req kept past its request (stale: its fields are nil, by the generation check).
+-- The FFI hot path (issue 15, style.md §4): the runner's own reply with no header table goes
+-- through kh_lua_respond_fast, req.method / req.path through kh_lua_req_str (lua/kh_lua_core.c);
+-- everything else through core.respond / core.head. Both paths must answer alike: the shapes a
+-- handler returns, HEAD, a 204, a request read after a wait, and a req kept past its request
+-- (stale: its fields are nil, by the generation check).
 local server = require "helpers.server"
 
 local APP = [[

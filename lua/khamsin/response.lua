@@ -18,6 +18,21 @@ errors.own()
 
 local M = {}
 
+-- The runner's own reply with no header table goes through the FFI (lua/kh_lua_core.c,
+-- kh_lua_respond_fast: the JIT keeps the whole request in one trace, where core.respond ends it).
+-- Absent (plain luajit, the unit specs): core.respond only.
+local respond_fast
+do
+    local ffi = require "ffi"
+    local C = ffi.C
+    if not pcall(function() return C.kh_lua_respond_fast end) then
+        pcall(ffi.cdef, [[int kh_lua_respond_fast(uint32_t gen, int status, const char *body,
+            size_t blen, const char *ctype, size_t ctlen);]])
+    end
+    local ok, f = pcall(function() return C.kh_lua_respond_fast end)
+    if ok then respond_fast = f end
+end
+
 -- A value as a message shows it: 99, "201" (a string), a table.
 local function describe(v)
     local t = type(v)
@@ -284,8 +299,9 @@ local function valid_status(st)
 end
 
 -- return body | status, body | status, body, headers. `who` starts messages ("the handler
--- returned", "d:send got").
-function M.finish(res, a, b, c, who)
+-- returned", "d:send got"). own: res is the running request's own (the runner's answer), which
+-- may take the FFI path.
+function M.finish(res, a, b, c, who, own)
     if rawget(res, "_streaming") then -- res:write / res:sse started the response (khamsin.stream)
         return require("khamsin.stream").ended(res, a, b, c, who)
     end
@@ -343,12 +359,10 @@ function M.finish(res, a, b, c, who)
         end
         ctype = nil
     end
-    -- (Tried, issue 15: this reply through an FFI function when there is no header table. The
-    -- JIT then kept a hello-world request in one trace, where this lua_CFunction ends it with a
-    -- stitch and the returns below it run interpreted ("NYI: return to lower frame"): 6,949 ->
-    -- 5,361 instructions per request (bench/callgrind.sh, wrk -c64). Not kept: with it, the
-    -- proxy of spec/http_client_mux_spec.lua peaked 26 MB above its start during a 50 MB h2c
-    -- upload, past the spec's 25 MB, where it stays near 13 MB; not understood yet.)
+    if own and headers == nil and respond_fast then
+        local r = respond_fast(res._g, status, body, #body, ctype, ctype and #ctype or 0)
+        if r ~= 1 then return end -- 0: sent; 2: the stream is gone (core.respond's nil, "closed")
+    end
     local ok, err = respond(res._s, res._g, status, body, headers, ctype)
     if ok == false then raise(err) end -- a header the engine refuses, a second answer
 end

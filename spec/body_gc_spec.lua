@@ -40,7 +40,7 @@ describe("request body garbage", function()
         dir = srv.dir
         -- random bytes: LuaJIT interns strings, and chunks alike would be one string
         assert(os.execute("head -c 50331648 /dev/urandom > " .. dir .. "/big"))
-        for i = 1, 12 do
+        for i = 1, 8 do
             assert(os.execute("head -c 4194304 /dev/urandom > " .. dir .. "/mid" .. i))
         end
     end)
@@ -62,7 +62,7 @@ describe("request body garbage", function()
     end)
 
     it("keeps the Lua heap bounded over requests that read a 4 MiB body whole", function()
-        for i = 1, 12 do
+        for i = 1, 8 do
             local r = srv:request { method = "POST", path = "/whole",
                 headers = { ["Content-Type"] = "application/octet-stream" },
                 curl_args = { "--data-binary", "@" .. dir .. "/mid" .. i } }
@@ -70,6 +70,7 @@ describe("request body garbage", function()
             assert.are.equal("4194304", r.body)
         end
         local v = require("cjson").decode(srv:request { path = "/whole_max" }.body)
+        -- without the pacing: 31 MB (ASan build); with it, 8.4 MB
         assert.is_true(v.max_kb < 16000, "Lua heap peaked at " .. v.max_kb .. " kB")
     end)
 end)

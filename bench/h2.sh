@@ -30,24 +30,17 @@ H2=bench/lib/h2bench.py
 SERVERS=${SERVERS:-"khamsin nginx-lua lighttpd khamsin-tls nginx-lua-tls"}
 CONNS=${CONNS:-64}
 STREAMS=${STREAMS:-10}
-ROUNDS=${ROUNDS:-${BENCH_ROUNDS:-5}}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 IDLE_CONNS=${IDLE_CONNS:-2000}
 PARTS=${PARTS:-"load idle"}
 IR_N=${IR_N:-20000}
 BASE_PORT=${BASE_PORT:-25480}
-KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
-KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
-SERVER_CORE=${SERVER_CORE:-1}
+bench_knobs
 CLIENT_CORE=${CLIENT_CORE:-0}
 if [[ $(id -u) == 0 ]]; then NICE=${NICE:--20}; else NICE=${NICE:-0}; fi
-NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
 
-STAMP=$(date +%Y%m%d-%H%M%S)
-RESULT="bench/results/h2-$STAMP.txt"
-mkdir -p bench/results
-TMP=$(mktemp -d /tmp/khbench-h2.XXXXXX)
+bench_paths h2
 LIVE=()
 
 fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
@@ -187,9 +180,8 @@ main() {
   [[ " $PARTS " != *" sys "* ]] || command -v strace >/dev/null || fail "missing tool: strace (PARTS=sys)"
   # the default binary is always brought up to date (a no-op when it is): no figure from a stale build
   [[ -x $KHAMSIN_BIN && $KHAMSIN_BIN != "$KHAMSIN_BIN_DEFAULT" ]] || {
-    echo "building khamsin (Release) into build-release/ ..."
-    cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >"$TMP/build.log" 2>&1 &&
-      cmake --build build-release -j2 >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log"; fail "build failed"; }
+    [[ ${BENCH_BUILT:-0} == 1 ]] || echo "building khamsin (Release) into build-release/ ..."
+    BENCH_BUILD_LOG=$TMP/build.log bench_build_release || { tail -n 40 "$TMP/build.log"; fail "build failed"; }
   }
   ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
   if ((NICE != 0)); then renice -n "$NICE" -p $$ >/dev/null || fail "renice failed (set NICE=0)"; fi

@@ -8,12 +8,14 @@
 #                                           # binaries are compared on the same work
 #   REQUESTS=20000 CONNS=64 bench/callgrind.sh                   # h1: h2load --h1 -n -c
 #   SERVER=nginx-lua REQUESTS=20000 CONNS=64 bench/callgrind.sh  # the anchor, same load (issue 15)
+#   APP=bench/apps/hello_headers.lua bench/callgrind.sh   # another app; its nginx counterpart:
+#   SERVER=nginx-lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/callgrind.sh
 #
 # Two runs of the server under callgrind: one that only starts and stops, one that also serves
 # the load. (Ir of the second - Ir of the first) / requests served = instructions per request,
 # the whole process: parser, Lua, libuv, libc (the kernel is not counted).
 # SERVER=nginx-lua runs nginx (one process: `master_process off`) with bench/http1.sh's
-# content_by_lua_block hello (NGX_HELLO_LUA, bench/lib/common.sh), loaded the same way: the ratio
+# content_by_lua_block hello (NGX_HELLO_LUA, bench/lib/common.sh; NGX_LUA= another), loaded the same way: the ratio
 # of the two is the load-independent stand-in for http1.sh's "req per server CPU-s".
 # Under callgrind the server is ~50x slower than the client, so it is saturated: each loop turn
 # finds every connection ready (the batching of a saturated server at CONNS connections).
@@ -34,6 +36,7 @@ INCLUSIVE=${INCLUSIVE:-0}
 KEEP=${KEEP:-} # a directory: the two callgrind.out files are kept there
 NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
 source bench/lib/common.sh
+NGX_LUA=${NGX_LUA:-$NGX_HELLO_LUA} # the nginx location's content (SERVER=nginx-lua)
 command -v valgrind >/dev/null || { echo "needs valgrind" >&2; exit 1; }
 if [[ $SERVER == khamsin && ! -x $BIN ]]; then
   cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-release -j2 --target khamsin >/dev/null
@@ -64,7 +67,7 @@ http {
   scgi_temp_path $TMP/ngx/scgi;
   server {
     listen 127.0.0.1:$PORT;
-    location / { $NGX_HELLO_LUA }
+    location / { $NGX_LUA }
   }
 }
 NGX

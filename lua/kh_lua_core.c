@@ -2,8 +2,9 @@
  * Owns:  nothing; every function checks its {stream, generation} pair first.
  * In:    calls from lua/khamsin*.lua on the worker's thread.
  * Out:   routes into the router; responses through kh_stream; waits that yield KH_YIELD.
- *        One FFI export for the hot path (style.md §4), which the JIT compiles into the
- *        request's trace: kh_lua_req_str (req.method, req.path); it never calls into Lua.
+ *        Two FFI exports for the hot path (style.md §4), which the JIT compiles into the
+ *        request's trace: kh_lua_respond_fast (the runner's reply, with a few string-valued
+ *        headers at most) and kh_lua_req_str (req.method, req.path); neither calls into Lua.
  * Never: knows a wire format or a protocol; keeps a pointer to a Lua string past the call. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -272,6 +273,61 @@ KH_EXPORT const char *kh_lua_req_str(uintptr_t p, uint32_t gen, int which, size_
     return v.ptr ? v.ptr : "";
 }
 
+/* The FFI path of response.finish (style.md §4): the runner's own reply whose headers are all
+ * string-valued (res.headers and the handler's, up to KH_LUA_FAST_HDRS: the hello-world shape
+ * and a handler that sets a header or two), called from a JIT trace without leaving it, where
+ * core.respond (a lua_CFunction) ends the trace (a stitch) and the rest of the request
+ * (finish's returns up through the runner's xpcall) then ran in the interpreter: LuaJIT cannot
+ * record the return to the frames below a stitch ("NYI: return to lower frame"). The stream is
+ * the running coroutine's (its lightuserdata cannot be passed: the JIT does not convert one to
+ * a pointer, "NYI: unsupported C type conversion"), so only the runner calls this, for the res
+ * it made for that stream; gen checks it is still that request. core.respond stays the path for
+ * everything else, and says why a reply is refused.
+ * hs: nh name/value pairs (response.lua's kh_lua_hdr array), pointers into Lua strings that its
+ * header table anchors for the call; ctype (the default Content-Type) goes after them unless
+ * one of them is a Content-Type.
+ * Returns 0 (sent), 2 (the stream is gone: core.respond's nil, "closed"), or 1: not taken (no
+ * running request, a deferred reply, a status or a header refused, a second answer): the
+ * caller then calls core.respond, which answers or explains.
+ * Never calls into Lua, as an FFI function must not: with no deferred-reply registry on the
+ * stream, what the sink may call back synchronously (kh_stream_on_reset -> kh__lua_on_abort)
+ * only flags the running coroutine; no string pointer is kept past the call (the sinks copy, as
+ * for core.respond). */
+#define KH_LUA_FAST_HDRS 8
+typedef struct kh_lua_hdr {
+    const char *name;
+    size_t nlen;
+    const char *value;
+    size_t vlen;
+} kh_lua_hdr;
+KH_EXPORT int kh_lua_respond_fast(uint32_t gen, int status, const char *body, size_t blen,
+                                  const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh)
+{
+    kh_lua_co *c = kh__lua_running();
+    kh_stream *s = c ? c->s : NULL;
+    if (s == NULL || nh < 0 || nh > KH_LUA_FAST_HDRS)
+        return 1;
+    if (s->gen != gen || s->proto == NULL)
+        return 2;
+    if (s->app_defer != NULL || (s->flags & KH_STREAM_F_HEAD_SENT) || status < 200 ||
+        status > 999)
+        return 1;
+    kh_header h[KH_LUA_FAST_HDRS + 1];
+    size_t n = 0;
+    for (int i = 0; i < nh; i++, n++) {
+        h[n].name = (kh_str){hs[i].name, hs[i].nlen};
+        h[n].value = (kh_str){hs[i].value, hs[i].vlen};
+        if (ctype && kh_str_ieq_lower(h[n].name, "content-type", 12))
+            ctype = NULL; /* the handler's own */
+    }
+    if (ctype)
+        h[n++] = (kh_header){KH_STR_LIT("Content-Type"), {ctype, ctlen}};
+    int r = kh_stream_respond(s, status, h, n, body ? body : "", blen);
+    if (r == KH_EINVAL)
+        return 1; /* refused before anything was sent (kh_stream_send_head's checks) */
+    return r == 0 ? 0 : 2;
+}
+
 /* body(s, gen) -> string | nil, "too large" | nil, "closed"; yields while the body comes in */
 static int l_body(lua_State *L)
 {
@@ -284,6 +340,7 @@ static int l_body(lua_State *L)
     switch (s->body_state) {
     case KH_BODY_COMPLETE:
         lua_pushlstring(L, s->body.base ? s->body.base : "", s->body.len);
+        kh__lua_gc_paid(K_UPVALUE(L), L, s->body.len);
         return 1;
     case KH_BODY_TOO_LARGE:
         lua_pushnil(L);

@@ -101,6 +101,7 @@ struct kh_lua {
     const char **route_names; /* route ref -> "GET /users/:id" (Lua strings of the routes table) */
     size_t route_names_len;
     kh_lua_irq *irq;          /* the worker thread's */
+    int gc_live_kb;           /* kh__lua_gc_paid: the Lua heap after the last cycle it saw end */
 };
 
 /* The sentinel every engine wait yields, so a user coroutine wrapper can pass it upward. */
@@ -109,6 +110,9 @@ extern char kh__lua_yield_sentinel;
 extern char kh__lua_routes_key;
 #define KH_YIELD ((void *)&kh__lua_yield_sentinel)
 
+/* kh_lua_state.c: after C pushed a string of n bytes (a request body, a body chunk), the
+ * collector's work for it: LuaJIT paces by allocation checks, not bytes (see there). */
+void kh__lua_gc_paid(kh_lua *K, lua_State *L, size_t n);
 /* Registers the `khamsin.core` C module in L (package.preload). */
 void kh__lua_open_core(lua_State *L, kh_lua *K);
 /* Adds the wait functions (sleep, timer, blocking, defer, publish, resolve) to the core table
@@ -143,6 +147,8 @@ void kh__lua_resume(kh_lua *K, kh_lua_co *c, int nargs);
  * arguments). Inside a slice it goes on the ready list instead, drained when the slice ends,
  * so lua_resume calls never nest. */
 void kh__lua_wake(kh_lua *K, kh_lua_co *c, int nargs);
+/* The coroutine whose slice runs now on this thread (of any instance), or NULL outside a slice. */
+kh_lua_co *kh__lua_running(void);
 /* Runs khamsin's _event(kind, ...) in a new coroutine; the nargs values after kind are taken
  * from the top of K->L's stack. */
 void kh__lua_spawn_event(kh_lua *K, const char *what, int nargs);

@@ -287,6 +287,11 @@ static _Thread_local kh_lua_irq *thread_irq;
 static _Thread_local int in_slice;
 static _Thread_local kh_lua_co *ready_head, *ready_tail;
 
+kh_lua_co *kh__lua_running(void)
+{
+    return in_slice && hook_K ? hook_K->current : NULL;
+}
+
 /* The signal that carries an interrupt to the worker's thread: ignored by default, so one that
  * comes before the handler is installed does nothing (Go's runtime preempts with it too). */
 #define KH_IRQ_SIGNAL SIGURG
@@ -559,6 +564,7 @@ void kh__lua_on_body(void *app, kh_stream *s)
     switch (s->body_state) {
     case KH_BODY_COMPLETE:
         lua_pushlstring(co, s->body.base ? s->body.base : "", s->body.len);
+        kh__lua_gc_paid(K, co, s->body.len); /* on co, as lua_pushlstring's own GC check */
         n = 1;
         break;
     case KH_BODY_TOO_LARGE:

@@ -141,8 +141,10 @@ static int l_body_chunk(lua_State *L)
     if (s->body_state == KH_BODY_READING && s->proto)
         kh_stream_body_stream(s);
     if (s->body.len) {
-        lua_pushlstring(L, s->body.base, s->body.len);
-        kh_stream_body_consume(s, s->body.len);
+        size_t n = s->body.len;
+        lua_pushlstring(L, s->body.base, n);
+        kh_stream_body_consume(s, n);
+        kh__lua_gc_paid(K, L, n);
         return 1;
     }
     switch (s->body_state) {

@@ -396,7 +396,7 @@ local function answer(res, n, a, b, c)
         raise("the handler returned " .. n .. " values; the forms are body | status, body | "
             .. "status, body, headers")
     end
-    return finish(res, a, b, c, "the handler returned")
+    return finish(res, a, b, c, "the handler returned", true) -- own: res is this request's
 end
 
 local function counted(...) return select("#", ...), ... end

@@ -1,7 +1,8 @@
--- The FFI hot path (issue 15, style.md §4): req.method / req.path through kh_lua_req_str
--- (lua/kh_lua_core.c), the other fields through core.head; replies through core.respond. They
--- must answer alike: the shapes a handler returns, HEAD, a 204, a request read after a wait, and
--- a req kept past its request (stale: its fields are nil, by the generation check).
+-- The FFI hot path (issue 15, style.md §4): the runner's own reply with up to two string-valued
+-- headers goes through kh_lua_respond_fast, req.method / req.path through kh_lua_req_str (lua/kh_lua_core.c);
+-- everything else through core.respond / core.head. Both paths must answer alike: the shapes a
+-- handler returns, HEAD, a 204, a request read after a wait, and a req kept past its request
+-- (stale: its fields are nil, by the generation check).
 local server = require "helpers.server"
 
 local APP = [[
@@ -12,6 +13,14 @@ k.get("/created", function() return 201, "made" end)
 k.get("/none", function() return 204 end)
 k.get("/table", function() return { a = 1 } end)
 k.get("/hdr", function(req, res) res.headers["X-A"] = "1"; return "with header" end)
+k.get("/hdr2", function(req, res) res.headers["X-A"] = "1"; return 201, "two", { ["X-B"] = "2" } end)
+k.get("/hdr3b", function(req, res)
+    res.headers["X-A"], res.headers["X-B"], res.headers["X-C"] = "1", "2", "3"
+    return "three"
+end)
+k.get("/hdrnum", function(req, res) res.headers["X-N"] = 7; return "number" end)
+k.get("/ctype", function(req, res) res.headers["content-type"] = "text/x-mine"; return "mine" end)
+k.get("/badname", function(req, res) res.headers["Bad Name"] = "x"; return "bad" end)
 k.post("/fields/:x", function(req) return req.method .. " " .. req.path end)
 k.get("/after-wait", function(req) k.sleep(0); return req.method .. " " .. req.path end)
 k.get("/keep", function(req) kept = req; return "kept" end)
@@ -20,7 +29,9 @@ k.get("/stale", function() return tostring(kept.method) .. " " .. tostring(kept.
 
 describe("FFI hot path", function()
     local srv
-    setup(function() srv = server.start { app = APP } end)
+    setup(function()
+        srv = server.start { app = APP, expect_errors = { "is not a token" } }
+    end)
     teardown(function() if srv then srv:stop() end end)
 
     for _, proto in ipairs { "h1", "h2c" } do
@@ -44,6 +55,20 @@ describe("FFI hot path", function()
                 r = srv:request { path = "/hdr", proto = proto }
                 assert.are.equal("1", r.headers["x-a"])
                 assert.are.equal("with header", r.body)
+                -- headers: two of them through the FFI, three or a number through core.respond
+                r = srv:request { path = "/hdr2", proto = proto }
+                assert.are.same({ 201, "two", "1", "2" },
+                    { r.status, r.body, r.headers["x-a"], r.headers["x-b"] })
+                r = srv:request { path = "/hdr3b", proto = proto }
+                assert.are.same({ "three", "1", "2", "3" },
+                    { r.body, r.headers["x-a"], r.headers["x-b"], r.headers["x-c"] })
+                r = srv:request { path = "/hdrnum", proto = proto }
+                assert.are.same({ "number", "7" }, { r.body, r.headers["x-n"] })
+                r = srv:request { path = "/ctype", proto = proto }
+                assert.are.same({ "mine", "text/x-mine" }, { r.body, r.headers["content-type"] })
+                -- a name the engine refuses: core.respond explains, the request answers 500
+                r = srv:request { path = "/badname", proto = proto }
+                assert.are.equal(500, r.status)
                 r = srv:request { path = "/", method = "HEAD", proto = proto }
                 assert.are.equal(200, r.status)
                 assert.are.equal("", r.body)

@@ -11,12 +11,46 @@ local errors = require "khamsin.errors"
 
 local type, tostring, rawget, setmetatable, pairs, pcall, format =
     type, tostring, rawget, setmetatable, pairs, pcall, string.format
-local lower = string.lower
+local lower, next = string.lower, next
 local respond, log = core.respond, core.log
 local raise = errors.raise
 errors.own()
 
 local M = {}
+
+-- The runner's own reply with at most two headers, string-valued, goes through the FFI
+-- (lua/kh_lua_core.c, kh_lua_respond_fast, which takes up to KH_LUA_FAST_HDRS): the JIT keeps
+-- the whole request in one trace, where core.respond ends it. bench/callgrind.sh, wrk -c64,
+-- instructions per request before -> after: hello 7,006 -> 5,560; a header set 10,848 -> 6,748;
+-- a header read and one set (bench/apps/hello_headers.lua) 13,199 -> 11,539 (req.headers,
+-- core.headers, still ends the trace). Absent (plain luajit, the unit specs): core.respond.
+local respond_fast, fast_h
+do
+    local ffi = require "ffi"
+    local C = ffi.C
+    if not pcall(function() return C.kh_lua_respond_fast end) then
+        pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
+            const char *value; size_t vlen; } kh_lua_hdr;
+            int kh_lua_respond_fast(uint32_t gen, int status, const char *body, size_t blen,
+            const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh);]])
+    end
+    local ok, f = pcall(function() return C.kh_lua_respond_fast end)
+    if ok then
+        respond_fast = f
+        -- filled for each reply: pointers into the header table's strings, read by the call
+        -- only (no Lua runs in it, so one array per state is enough)
+        fast_h = ffi.new("kh_lua_hdr[2]")
+    end
+end
+
+-- fast_h[i] = k: v (strings: pointers into them, for the call); i + 1, or -1 for a value that is
+-- a number, a list or false (core.respond's)
+local function fast_put(i, k, v)
+    if type(k) ~= "string" or type(v) ~= "string" then return -1 end
+    local e = fast_h[i]
+    e.name, e.nlen, e.value, e.vlen = k, #k, v, #v
+    return i + 1
+end
 
 -- A value as a message shows it: 99, "201" (a string), a table.
 local function describe(v)
@@ -284,8 +318,9 @@ local function valid_status(st)
 end
 
 -- return body | status, body | status, body, headers. `who` starts messages ("the handler
--- returned", "d:send got").
-function M.finish(res, a, b, c, who)
+-- returned", "d:send got"). own: res is the running request's own (the runner's answer), which
+-- may take the FFI path.
+function M.finish(res, a, b, c, who, own)
     if rawget(res, "_streaming") then -- res:write / res:sse started the response (khamsin.stream)
         return require("khamsin.stream").ended(res, a, b, c, who)
     end
@@ -343,12 +378,29 @@ function M.finish(res, a, b, c, who)
         end
         ctype = nil
     end
-    -- (Tried, issue 15: this reply through an FFI function when there is no header table. The
-    -- JIT then kept a hello-world request in one trace, where this lua_CFunction ends it with a
-    -- stitch and the returns below it run interpreted ("NYI: return to lower frame"): 6,949 ->
-    -- 5,361 instructions per request (bench/callgrind.sh, wrk -c64). Not kept: with it, the
-    -- proxy of spec/http_client_mux_spec.lua peaked 26 MB above its start during a 50 MB h2c
-    -- upload, past the spec's 25 MB, where it stays near 13 MB; not understood yet.)
+    if own and respond_fast then
+        -- up to two headers, unrolled: a loop here would be an inner loop of the request's
+        -- trace, which LuaJIT does not record ("inner loop in root trace"); more: core.respond
+        local nh = 0
+        if headers ~= nil then
+            local k, v = next(headers)
+            if k ~= nil then
+                nh = fast_put(0, k, v)
+                if nh > 0 then
+                    k, v = next(headers, k)
+                    if k ~= nil then
+                        nh = fast_put(1, k, v)
+                        if nh > 0 and next(headers, k) ~= nil then nh = -1 end
+                    end
+                end
+            end
+        end
+        if nh >= 0 then
+            local r = respond_fast(res._g, status, body, #body, ctype, ctype and #ctype or 0,
+                fast_h, nh)
+            if r ~= 1 then return end -- 0: sent; 2: the stream is gone (core.respond's nil)
+        end
+    end
     local ok, err = respond(res._s, res._g, status, body, headers, ctype)
     if ok == false then raise(err) end -- a header the engine refuses, a second answer
 end

@@ -57,6 +57,7 @@ enum {
     KH_CONN_F_INPUT_DONE = 1u << 10, /* kh_conn_end_after_write: the protocol read all it wants */
     KH_CONN_F_WROTE = 1u << 11,      /* a write was made (the next one sets TCP_NODELAY first) */
     KH_CONN_F_NODELAY = 1u << 12,    /* TCP_NODELAY is set */
+    KH_CONN_F_OPEN = 1u << 13,       /* uv_tcp_open ran: libuv polls `fd` (see kh_conn.c) */
 };
 
 struct kh_conn {
@@ -75,6 +76,7 @@ struct kh_conn {
     uint16_t flags;
     uint32_t id;
     kh_addr peer;
+    int fd;                   /* the socket; libuv's too once KH_CONN_F_OPEN */
     uint64_t proto_inline[2]; /* the protocol's per-connection state, when it is this small */
 };
 

@@ -83,7 +83,9 @@ struct kh_conn {
 struct sockaddr_storage;
 /* Takes a connection accepted on worker w (fd from accept4, non-blocking; peer its address), as
  * kh_accept does; tls is the listener's TLS context, or NULL for cleartext. Returns 0: the fd is
- * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's. */
+ * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's.
+ * With defer_accept_s (TCP_DEFER_ACCEPT) it reads the first bytes at once, and may answer and
+ * close the connection before it returns. */
 int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls,
                    int listener);
 /* The Alt-Svc value for responses on s's connection (h1 and h2 sinks: kh_sink_vt.alt_svc), or

@@ -18,8 +18,11 @@
 # Tcp OutSegs; on loopback each segment is sent once and received once), and resets sent
 # (OutRsts), the server running natively in a network namespace of its own (unshare -n), so
 # that nothing else on the box is counted: what the kernel sends and receives per connection.
-# Knobs: SERVERS="khamsin nginx-lua" (nginx-static too if named), TOOLS="callgrind strace segments",
-#   N=2000, CONC=8, PORT=23290, KHAMSIN_BIN=build-release/khamsin, TOP=12 (functions shown).
+# nginx-lua-deferred is nginx + lua with `listen ... deferred` (TCP_DEFER_ACCEPT, which khamsin
+# sets by default: limit defer_accept_s): the anchor with the same kernel help.
+# Knobs: SERVERS="khamsin nginx-lua" (nginx-static, nginx-lua-deferred too if named),
+#   TOOLS="callgrind strace segments", N=2000, CONC=8, PORT=23290, KHAMSIN_BIN=build-release/khamsin,
+#   KHAMSIN_ARGS="" (more khamsin flags, e.g. "--limit defer_accept_s=0"), TOP=12 (functions shown).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -32,6 +35,7 @@ N=${N:-2000}
 CONC=${CONC:-8}
 PORT=${PORT:-23290}
 TOP=${TOP:-12}
+KHAMSIN_ARGS=${KHAMSIN_ARGS:-}
 NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
 for t in valgrind strace curl nginx; do command -v $t >/dev/null || { echo "needs $t" >&2; exit 1; }; done
 if [[ " $SERVERS " == *" khamsin "* && ! -x $BIN ]]; then
@@ -41,17 +45,18 @@ TMP=$(mktemp -d /tmp/khperconn.XXXXXX)
 PID=
 trap '[[ -n $PID ]] && kill -KILL $PID 2>/dev/null; rm -rf "$TMP"' EXIT
 
-for kind in nginx-lua nginx-static; do
+for kind in nginx-lua nginx-static nginx-lua-deferred; do
   lua=0; body="location / { default_type text/plain; return 200 \"Hello, World!\"; }"
-  [[ $kind == nginx-lua ]] && { lua=1; body="location / { $NGX_HELLO_LUA }"; }
-  nginx_conf "$TMP/$kind" bench/perconn.sh 4096 1024 "$lua" "    listen 127.0.0.1:$PORT;
+  [[ $kind == nginx-lua* ]] && { lua=1; body="location / { $NGX_HELLO_LUA }"; }
+  deferred=; [[ $kind == *-deferred ]] && deferred=" deferred"
+  nginx_conf "$TMP/$kind" bench/perconn.sh 4096 1024 "$lua" "    listen 127.0.0.1:$PORT$deferred;
     $body"
   sed -i 's/^master_process on;/master_process off;/' "$TMP/$kind/nginx.conf"
 done
 
 server_cmd() { # name
   case $1 in
-    khamsin) echo "$BIN --workers 1 --pool-threads 1 --listen 127.0.0.1:$PORT --log-level warn bench/apps/hello.lua" ;;
+    khamsin) echo "$BIN --workers 1 --pool-threads 1 --listen 127.0.0.1:$PORT --log-level warn $KHAMSIN_ARGS bench/apps/hello.lua" ;;
     nginx-*) echo "nginx -p $TMP/$1/ -c $TMP/$1/nginx.conf -e $TMP/$1/error.log" ;;
   esac
 }
@@ -92,14 +97,14 @@ calls() { # strace -c file -> "syscall calls" lines
 
 echo "# bench/perconn.sh: per connection (one GET with Connection: close, then the client closes)"
 echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-echo "command:  SERVERS=\"$SERVERS\" TOOLS=\"$TOOLS\" N=$N CONC=$CONC KHAMSIN_BIN=$BIN bench/perconn.sh"
+echo "command:  SERVERS=\"$SERVERS\" TOOLS=\"$TOOLS\" N=$N CONC=$CONC KHAMSIN_BIN=$BIN${KHAMSIN_ARGS:+ KHAMSIN_ARGS=\"$KHAMSIN_ARGS\"} bench/perconn.sh"
 echo "git:      $(git rev-parse --short HEAD) ($(git status --porcelain -- core lua | wc -l) uncommitted change(s) under core/ lua/)"
 echo "nginx:    $(nginx -v 2>&1 | sed 's/^nginx version: //')"
 for tool in $TOOLS; do
   if [[ $tool == segments && -z ${_KH_NETNS:-} ]]; then
     # again inside a network namespace of our own, with only this tool
     unshare -n env _KH_NETNS=1 TOOLS=segments SERVERS="$SERVERS" N="$N" CONC="$CONC" PORT="$PORT" \
-      KHAMSIN_BIN="$BIN" bash -c 'ip link set lo up && exec bash bench/perconn.sh' | sed -n '/^## /,$p'
+      KHAMSIN_BIN="$BIN" KHAMSIN_ARGS="$KHAMSIN_ARGS" bash -c 'ip link set lo up && exec bash bench/perconn.sh' | sed -n '/^## /,$p'
     continue
   fi
   for s in $SERVERS; do

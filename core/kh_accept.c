@@ -304,6 +304,16 @@ int kh_accept_open(kh_worker *w, char *err, size_t errlen)
         l->poll.data = l;
         l->fd = fd;
         a->n = i + 1;
+        /* TCP_DEFER_ACCEPT (nginx's `listen ... deferred`): the kernel queues a connection for
+         * accept only once its first bytes are in, so kh_conn_accept reads the request at once
+         * instead of waiting for epoll (no wakeup and no epoll_ctl for a connection that is
+         * answered and closed in the same turn). A client that sends nothing is accepted after
+         * about defer_accept_s (the kernel resends its SYN-ACK then, and the client's ACK
+         * completes the connection), and its header_timeout_ms runs from there. */
+        int defer = (int)w->limits->defer_accept_s;
+        if (setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof defer) != 0)
+            KH_LOG_DEBUG("listen on %s:%d: TCP_DEFER_ACCEPT: %s", cfg->listens[i].host,
+                         cfg->listens[i].port, strerror(errno));
     }
     start_polling(w);
     return 0;

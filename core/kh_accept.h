@@ -14,6 +14,8 @@
  * be closed.
  * The log says so at most once a second per worker (less often as a pause drags on), with the
  * number of clients waiting in the backlog, and once more when accepting has resumed.
+ * kh_accept_open sets TCP_DEFER_ACCEPT (limit defer_accept_s) on each listener: a connection
+ * reaches accept4 once its first bytes are in, and kh_conn_accept reads them at once.
  * Owns:  the listening fds once opened (closes them), two timers, the pause state.
  * In:    cfg->listens[i].fds[w->id] (bound and listening, made by main); connection closes.
  * Out:   accepted fds to kh_conn_accept; log lines.

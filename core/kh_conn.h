@@ -61,6 +61,7 @@ enum {
     KH_CONN_F_INPUT_DONE = 1u << 10, /* kh_conn_end_after_write: the protocol read all it wants */
     KH_CONN_F_WROTE = 1u << 11,      /* a write was made (the next one sets TCP_NODELAY first) */
     KH_CONN_F_NODELAY = 1u << 12,    /* TCP_NODELAY is set */
+    KH_CONN_F_OPEN = 1u << 13,       /* uv_tcp_open ran: libuv polls `fd` (see kh_conn.c) */
 };
 
 struct kh_conn {
@@ -79,13 +80,16 @@ struct kh_conn {
     uint16_t flags;
     uint32_t id;
     kh_addr peer;
+    int fd;                   /* the socket; libuv's too once KH_CONN_F_OPEN */
     uint64_t proto_inline[2]; /* the protocol's per-connection state, when it is this small */
 };
 
 struct sockaddr_storage;
 /* Takes a connection accepted on worker w (fd from accept4, non-blocking; peer its address), as
  * kh_accept does; tls is the listener's TLS context, or NULL for cleartext. Returns 0: the fd is
- * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's. */
+ * the connection's (even if it closes at once); or a UV_E* code: the fd is still the caller's.
+ * With defer_accept_s (TCP_DEFER_ACCEPT) it reads the first bytes at once, and may answer and
+ * close the connection before it returns. */
 int kh_conn_accept(kh_worker *w, int fd, const struct sockaddr_storage *peer, kh_tls_ctx *tls,
                    int listener);
 /* The Alt-Svc value for responses on s's connection (h1 and h2 sinks: kh_sink_vt.alt_svc), or

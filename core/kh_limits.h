@@ -22,6 +22,7 @@
     X(h1_out_high_water, 262144, 16384, 67108864, "HTTP/1.1 bytes queued for the socket before the next pipelined request waits") \
     X(connections, 100000, 1, 10000000, "open connections per worker (then idle keep-alive ones make room, or it stops accepting)") \
     X(accept_backoff_ms, 100, 1, 60000, "out of file descriptors (EMFILE/ENFILE): stop accepting this long or until a connection closes") \
+    X(defer_accept_s, 1, 0, 3600, "TCP_DEFER_ACCEPT: the kernel hands a new connection over once its first bytes are in, or after about this many s (0: off)") \
     X(lua_coroutine_cache, 1024, 0, 1000000, "finished coroutines kept for reuse per worker")     \
     X(lingering_close_ms, 2000, 0, 60000, "how long to drain input after an error reply before closing") \
     X(h2_max_concurrent_streams, 100, 1, 100000, "HTTP/2 streams a peer may open at once (SETTINGS)") \

@@ -263,15 +263,30 @@ describe("limits", function()
             assert.are.equal("close", (r.headers.connection or ""):lower())
         end)
 
-        it("header_timeout: an idle new connection is closed silently", function()
+        it("header_timeout: an idle new connection is closed silently, defer_accept_s after", function()
+            -- TCP_DEFER_ACCEPT (defer_accept_s=1 by default): the kernel hands over a connection
+            -- that sends nothing after ~1 s (its SYN-ACK timer); header_timeout_ms runs from there
             local c = srv:raw_conn()
             local t0 = server.now()
-            local data, closed = c:read_until_close(2)
+            local data, closed = c:read_until_close(4)
             local dt = server.now() - t0
             c:close()
             assert.is_true(closed)
-            assert.truthy(dt < 1.2, "closed too late: " .. dt)
+            assert.truthy(dt >= 0.9, "closed before the kernel handed it over: " .. dt)
+            assert.truthy(dt < 2.5, "closed too late: " .. dt)
             assert.are.equal("", data)
+        end)
+
+        it("defer_accept_s: a request sent a while after the connect is served at once", function()
+            local c = srv:raw_conn()
+            server.sleep(0.5)
+            local t0 = server.now()
+            c:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            local r = c:read_response { timeout = 2 }
+            local dt = server.now() - t0
+            c:close()
+            assert.are.equal(200, r and r.status)
+            assert.truthy(dt < 0.5, "served after " .. dt)
         end)
 
         it("header_timeout: a head dribbled byte by byte is still cut off", function()
@@ -374,6 +389,35 @@ describe("limits", function()
             c:close()
             assert.is_true(closed, "connection still open: " .. why)
             assert.truthy(#data < 32 * 1024 * 1024, "the whole 32 MiB body arrived: no write timeout; " .. why)
+        end)
+    end)
+
+    describe("defer_accept_s=0", function()
+        local srv
+        setup(function()
+            srv = server.start { app = APP, args = {
+                "--limit", "header_timeout_ms=300", "--limit", "defer_accept_s=0" } }
+        end)
+        teardown(function() if srv then srv:stop() end end)
+
+        it("an idle new connection is closed silently within header_timeout_ms", function()
+            local c = srv:raw_conn()
+            local t0 = server.now()
+            local data, closed = c:read_until_close(2)
+            local dt = server.now() - t0
+            c:close()
+            assert.is_true(closed)
+            assert.truthy(dt < 0.85, "closed too late: " .. dt)
+            assert.are.equal("", data)
+        end)
+
+        it("serves as usual", function()
+            local c = srv:raw_conn()
+            c:send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            local r = c:read_response { timeout = 2 }
+            assert.are.equal(200, r and r.status)
+            assert.truthy(c:wait_closed(2))
+            c:close()
         end)
     end)
 

@@ -171,7 +171,9 @@ def mode_sigterm(port, pid):
     body = b"in flight"
     c.send(frame(HEADERS, END_HEADERS, 1, request_block("/slow", "POST",
                                                         [("content-length", str(len(body)))], enc)))
-    c.pump(0.3)
+    # 0.3 s for the server to take stream 1 (pump returns at the first bytes: its SETTINGS,
+    # which it sends as soon as it has read the preface, maybe before the HEADERS came)
+    c.wait(lambda: False, 0.3)
     os.kill(pid, signal.SIGTERM)
     c.wait(lambda: c.goaway is not None, 5)
     goaway = c.goaway

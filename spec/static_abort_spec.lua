@@ -138,6 +138,8 @@ describe("k.static when the request ends during a file wait", function()
                 end, 0.05))
                 assert.are.equal("aborted", srv:request { path = q }.body)
                 release(root .. "/f-" .. proto .. ".bin")
+                assert.truthy(server.wait_until(5, function() return in_openat(srv.pid) == 0 end, 0.02),
+                    "a server thread is still in openat(2)")
                 -- the server still serves the streamed path
                 local r = srv:request { path = "/s/big.bin", proto = proto, headers = { Range = "bytes=16-31" } }
                 assert.are.equal(206, r.status)

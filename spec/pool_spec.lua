@@ -179,6 +179,8 @@ describe("a full pool queue", function()
             assert.are.equal(503, r.status)
             assert.are.equal("1", r.headers["retry-after"])
             assert.are.equal(1, started(), "a held job ended or a queued one ran")
+            -- the loop is free with every pool thread held and the queue full
+            assert.are.equal("ok", assert(srv:raw_request { path = "/health", timeout = 20 }).body)
         end)
         server.write_file(dir .. "/release", "")
         assert(ok, err)
@@ -200,12 +202,12 @@ describe("the loop stays free", function()
     teardown(function() if srv then srv:stop() end end)
 
     -- 2 threads x 10 jobs/s; a queue of 16 so the clients' last requests drain within a second.
-    -- The loop is free when a /health probe does not wait for a pool job: its median stays a
-    -- small part of one job (100 ms). Not the tail: with the box under load (2 cores, load
-    -- 10-30) the python prober's own scheduling gave p90 28-31 ms and p99 65-205 ms while
-    -- the median stayed 0.4-1.4 ms; a loop that waited on jobs holds the median probe for a
-    -- good part of a job.
-    it("500 clients on a 100 ms pool handler: only 503s, and /health p50 < 10 ms", function()
+    -- The loop is free when a /health probe does not wait for a pool job: its median stays
+    -- under half a job (100 ms). Not the tail, nor a tighter bound: with the box under load
+    -- (2 cores, load 10-30) the python prober's own scheduling gave p90 20-43 ms and p99
+    -- 65-347 ms, the median 0.4-13 ms. The exact check, without timing, is in "a full pool
+    -- queue" above: /health answers while every pool job is held.
+    it("500 clients on a 100 ms pool handler: only 503s, and /health p50 < 50 ms", function()
         local cmd = string.format("/usr/bin/python3 %s/spec/helpers/load.py 127.0.0.1 %d /slow 500 3 /health 10",
             server.root, srv.port)
         local p = assert(io.popen(cmd))
@@ -222,7 +224,7 @@ describe("the loop stays free", function()
         assert.is_true((stats.status["200"] or 0) >= 10, "too few 200s: " .. out)
         assert.are.equal(0, stats.probe.errors, out)
         assert.is_true(stats.probe.n >= 50, out) -- 300 at most (every 10 ms); 100-250 under load
-        assert.is_true(stats.probe.p50_ms < 10, "health p50 " .. stats.probe.p50_ms .. " ms: " .. out)
+        assert.is_true(stats.probe.p50_ms < 50, "health p50 " .. stats.probe.p50_ms .. " ms: " .. out)
     end)
 end)
 

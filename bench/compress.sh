@@ -10,7 +10,7 @@
 #   bench/compress.sh                       # release build in build-release/ (cmake -DCMAKE_BUILD_TYPE=Release)
 #   ROUNDS=5 DURATION=3 CONNS=8 bench/compress.sh   (~20 min; CODINGS=gzip GZIP_LEVELS="1 5": ~3 min)
 # Env: KHAMSIN_BIN SERVER_CORE WRK_CORE BASE_PORT ROUNDS(5) DURATION(5) CONNS(8) CODINGS("gzip br zstd")
-#   GZIP_LEVELS("1 5 9"). Needs wrk, nginx, curl, /usr/bin/python3.
+#   GZIP_LEVELS("1 5 9") PAYLOADS("json html"). Needs wrk, nginx, curl, /usr/bin/python3.
 set -eo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results

@@ -194,6 +194,25 @@ run_windows() {
   done
 }
 
+# part_report PART SERVERS LABEL: after a part's rounds: the noisy-window note, the per-window
+# table, and the method's summary (vs nginx + lua, and vs nginx static when it ran)
+part_report() {
+  local part=$1 servers=$2 label=$3
+  log ""
+  if [[ -s $TMP/$part.rejected.jsonl ]]; then
+    log "($(wc -l <"$TMP/$part.rejected.jsonl") noisy window(s) were discarded and redone; their data is in the appendix)"
+  fi
+  $PY $LIB report "$TMP/$part.jsonl"
+  log ""
+  bench_summary "$TMP/$part.jsonl" --metric req_per_cpu --metric rps --metric p99_ms --lower p99_ms \
+    --group conns --label "$label"
+  if has "$servers" nginx-static; then
+    bench_summary "$TMP/$part.jsonl" --metric req_per_cpu --group conns --anchor nginx-static \
+      --label "$label vs nginx static"
+  fi
+  log ""
+}
+
 # ------------------------------------------------------------------- main ---
 main() {
   echo $$ >"$TMP/inner.pid"
@@ -225,9 +244,8 @@ main() {
   # the default binary is always brought up to date (a no-op when it is): no figure from a stale build
   if has "$ALL_SERVERS" khamsin && [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
     [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" ]] || fail "KHAMSIN_BIN=$KHAMSIN_BIN not found"
-    log "building khamsin (Release) into build-release/ ..."
-    cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >"$TMP/build.log" 2>&1 &&
-      cmake --build build-release -j2 >>"$TMP/build.log" 2>&1 || { tail -n 40 "$TMP/build.log" >&2; fail "khamsin build failed"; }
+    [[ ${BENCH_BUILT:-0} == 1 ]] || log "building khamsin (Release) into build-release/ ..."
+    BENCH_BUILD_LOG=$TMP/build.log bench_build_release || { tail -n 40 "$TMP/build.log" >&2; fail "khamsin build failed"; }
     [[ -x $KHAMSIN_BIN ]] || fail "build finished but $KHAMSIN_BIN does not exist"
   fi
   # run a private copy: a rebuild of build-release/ during the run must not change what we measure
@@ -310,19 +328,7 @@ main() {
     log "   (about $est s)"
     check_servers $SERVERS
     run_windows "$TMP" load "$CONNS" "$SERVERS"
-    log ""
-    if [[ -s $TMP/load.rejected.jsonl ]]; then
-      log "($(wc -l <"$TMP/load.rejected.jsonl") noisy window(s) were discarded and redone; their data is in the appendix)"
-    fi
-    $PY $LIB report "$TMP/load.jsonl"
-    log ""
-    bench_summary "$TMP/load.jsonl" --metric req_per_cpu --metric rps --metric p99_ms --lower p99_ms \
-      --group conns --label "http1 hello keep-alive"
-    if has "$SERVERS" nginx-static; then
-      bench_summary "$TMP/load.jsonl" --metric req_per_cpu --group conns --anchor nginx-static \
-        --label "http1 hello keep-alive vs nginx static"
-    fi
-    log ""
+    part_report load "$SERVERS" "http1 hello keep-alive"
   fi
 
   # ---- 2. a new connection per request
@@ -331,19 +337,7 @@ main() {
     log "   each request pays for accept, the close and the TCP handshakes; server CPU and req/CPU-s as in the load part (1 request = 1 connection)"
     has "$PARTS" load || check_servers $CLOSE_SERVERS
     run_windows "$TMP/close" close "$CLOSE_CONNS" "$CLOSE_SERVERS" --header "Connection: close"
-    log ""
-    if [[ -s $TMP/close.rejected.jsonl ]]; then
-      log "($(wc -l <"$TMP/close.rejected.jsonl") noisy window(s) were discarded and redone; their data is in the appendix)"
-    fi
-    $PY $LIB report "$TMP/close.jsonl"
-    log ""
-    bench_summary "$TMP/close.jsonl" --metric req_per_cpu --metric rps --metric p99_ms --lower p99_ms \
-      --group conns --label "http1 hello Connection: close"
-    if has "$CLOSE_SERVERS" nginx-static; then
-      bench_summary "$TMP/close.jsonl" --metric req_per_cpu --group conns --anchor nginx-static \
-        --label "http1 hello Connection: close vs nginx static"
-    fi
-    log ""
+    part_report close "$CLOSE_SERVERS" "http1 hello Connection: close"
   fi
 
   # ---- 3. memory per idle keep-alive connection

@@ -57,15 +57,9 @@ FD_SECS=${FD_SECS:-10}
 PIPE_N=${PIPE_N:-1000}
 SLOW_RATE=${SLOW_RATE:-1000000}
 BASE_PORT=${BASE_PORT:-25080}
-KHAMSIN_BIN=${KHAMSIN_BIN:-$ROOT/build-release/khamsin}
-KEEP_TMP=${KEEP_TMP:-0}
-NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
-
-STAMP=$(date +%Y%m%d-%H%M%S)
-mkdir -p bench/results/tmp
-RESULT="bench/results/limits-$STAMP.txt"
-PARTIAL="bench/results/tmp/limits-$STAMP.txt"
-TMP=$(mktemp -d /tmp/khlimits.XXXXXX)
+. bench/lib/common.sh
+bench_knobs
+bench_paths limits
 SPID=
 
 log() { printf '%s\n' "$*" | tee -a "$PARTIAL"; }
@@ -82,7 +76,7 @@ trap cleanup EXIT
 if [[ " $SERVERS " == *" khamsin "* && -z ${KHAMSIN_BIN_GIVEN:-} && ! -x $KHAMSIN_BIN ]]; then
   cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-release -j2 >/dev/null
 fi
-[[ " $SERVERS " == *" khamsin "* ]] && cmake --build build-release -j2 --target khamsin >/dev/null 2>&1 || true
+[[ " $SERVERS " == *" khamsin "* && ${BENCH_BUILT:-0} != 1 ]] && cmake --build build-release -j2 --target khamsin >/dev/null 2>&1 || true
 
 nginx_conf() { # dir port workers
   local user=""

@@ -15,20 +15,15 @@
 #   bench/redis.sh                         # ~2 min; result in bench/results/redis-<stamp>.txt
 #   DURATION=3 ROUNDS=3 bench/redis.sh
 # Env: DURATION=5 ROUNDS=5 CONNS=64 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
-#      PORT=24090 REDIS_PORT=24091
+#      PORT=24090 REDIS_PORT=24091 BLOCKING=1 (0: without the k.blocking run)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 NAME=redis
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-64}
-ROUNDS=${ROUNDS:-5}
-SERVER_CORE=${SERVER_CORE:-1}
-WRK_CORE=${WRK_CORE:-0}
 PORT=${PORT:-24090}
 REDIS_PORT=${REDIS_PORT:-24091}
-KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
-KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
 source bench/lib/upstream.sh
 
 up_header
@@ -97,8 +92,9 @@ NGX
 fi
 
 # name pid port path
-RUNS=("khamsin-lua-redis $KPID $PORT /lua-redis" "khamsin-raw $KPID $PORT /raw"
-      "khamsin-blocking $KPID $PORT /blocking")
+RUNS=("khamsin-lua-redis $KPID $PORT /lua-redis" "khamsin-raw $KPID $PORT /raw")
+# BLOCKING=0 leaves out lua-redis in the k.blocking pool (all.sh: no summary row uses it)
+[[ ${BLOCKING:-1} == 1 ]] && RUNS+=("khamsin-blocking $KPID $PORT /blocking")
 [[ $NGINX == 1 ]] && RUNS+=("openresty-raw $NPID $((PORT + 2)) /raw")
 
 echo
@@ -109,7 +105,7 @@ echo "## medians (round trips per server CPU-second; min..max over the kept roun
 up_medians "${RUNS[@]}"
 LR=$(echo "${PER_CPU[khamsin-lua-redis]}" | median)
 RAW=$(echo "${PER_CPU[khamsin-raw]}" | median)
-BLK=$(echo "${PER_CPU[khamsin-blocking]}" | median)
+BLK=$(echo "${PER_CPU[khamsin-blocking]:-}" | median || true)
 echo
 echo "## ratios (medians)"
 echo "lua-redis on k.socket / raw RESP on k.socket:          $(ratio "$LR" "$RAW")"

@@ -22,28 +22,17 @@ PY=/usr/bin/python3
 . bench/lib/common.sh
 LIB=bench/lib/reloadbench.py
 DURATION=${DURATION:-4}
-ROUNDS=${ROUNDS:-5}
 CONNS=${CONNS:-64}
 HUP_MS=${HUP_MS:-100}
 ROUNDS_SAVE=${ROUNDS_SAVE:-10}
 N_IDLE=${N_IDLE:-20}
-SERVER_CORE=${SERVER_CORE:-1}
-WRK_CORE=${WRK_CORE:-0}
 PORT=${PORT:-24180}
-KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
-KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
-STAMP=$(date +%Y%m%d-%H%M%S)
-OUT=bench/results/reload-$STAMP.txt
-TMP=$(mktemp -d /tmp/khreload.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.3;
-            for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
+bench_knobs
+bench_paths reload
+OUT=$RESULT
+bench_pids_trap
 
-if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
-fi
+if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then bench_build_release khamsin; fi
 
 exec > >(tee "$OUT") 2>&1
 echo "# bench/reload.sh $STAMP"

@@ -9,6 +9,8 @@
 #   RUNS=5 PARTS=wall bench/startup.sh
 #   PARTS=faults bench/startup.sh    # page faults only (needs perf and tracefs: root)
 #
+# The instruction counts end with the first request in Lua, which _exits (atexit handlers such
+# as OPENSSL_cleanup are not counted; before 2026-12-02 they were, ~1.4 M with TLS).
 # Cases: khamsin (cleartext, polled with GET /), khamsin-tls (--tls-cert/--tls-key, ECDSA P-256,
 # polled over TLS 1.3: a full handshake, then GET /), khamsin-ss-tls (--tls-self-signed, over TLS).
 # Env: KHAMSIN_BIN (default build-release/khamsin, built if missing) RUNS=20 PARTS="wall ir faults"
@@ -46,26 +48,41 @@ ir_case() { # name listen-args... -> Ir of exec -> first request in Lua; keeps t
   pid=$!
   for ((i = 0; i < 600; i++)); do
     kill -0 "$pid" 2>/dev/null || break
-    curl -sk --max-time 5 -o /dev/null "$SCHEME://127.0.0.1:$PORT/" || true
+    # a long timeout: under valgrind on a loaded box a handshake can take seconds, and a retry
+    # would count a second handshake (and the twins built after the first connection closed)
+    curl -sk --max-time 120 -o /dev/null "$SCHEME://127.0.0.1:$PORT/" || true
     sleep 0.1
   done
   wait "$pid" || true
   awk '/^summary:|^totals:/ {print $2; exit}' "$out"
 }
-breakdown() { # profile -> the inclusive counts of the start-up's parts
-  callgrind_annotate --inclusive=yes "$1" 2>/dev/null | awk '
-    /PROGRAM TOTALS/ {gsub(",", "", $1); tot = $1}
-    { n = $1; gsub(",", "", n) }
-    /dlopen@@/ && !d++ {printf "    %-44s %12d\n", "dlopen (khamsin-tls.so, libssl, libcrypto)", n}
-    /kh_tls.c:kh_tls_ctx_new / && !c++ {printf "    %-44s %12d\n", "kh_tls_ctx_new (context, certificate, key)", n}
-    /ticket_key_new/ && !t++ {printf "    %-44s %12d\n", "  of it: first RAND_bytes (DRBG set-up)", n}
-    /:load_pair / && !l++ {printf "    %-44s %12d\n", "  of it: certificate chain + key", n}
-    /:self_signed / && !s++ {printf "    %-44s %12d\n", "  of it: self-signed P-256 key + certificate", n}
-    /SSL_CTX_new / && !x++ {printf "    %-44s %12d\n", "  of it: SSL_CTX_new", n}
-    /OPENSSL_init_ssl / && !o++ {printf "    %-44s %12d\n", "OPENSSL_init_ssl (no openssl.cnf)", n}
-    /SSL_do_handshake / && !h++ {printf "    %-44s %12d\n", "first TLS handshake (SSL_do_handshake)", n}
-    /kh_worker_load_here/ && !w++ {printf "    %-44s %12d\n", "worker 0: Lua state + app load", n}
-  '
+breakdown() { # profile -> the inclusive counts of the start-up's parts (first match of each name)
+  callgrind_annotate --inclusive=yes "$1" 2>/dev/null | $PY -c '
+import re, sys
+parts = [  # (label, function): inclusive, so a part includes the lines indented under it
+    ("dlopen (khamsin-tls.so, OpenSSL: relocations)", "dlopen"),
+    ("OPENSSL_init_ssl (no openssl.cnf, no error strings)", "OPENSSL_init_ssl"),
+    ("kh_tls_ctx_new: first random bytes (ticket key)", "RAND_get0_primary"),
+    ("  of it: first fetch: the name map of all algorithms", "OBJ_NAME_do_all"),
+    ("  of it: DRBG instantiation (first cipher fetch)", "EVP_RAND_instantiate"),
+    ("kh_tls_ctx_new: record layer algorithms", "kh_tls13_algs_new"),
+    ("kh_tls_ctx_new: SSL_CTX_new", "SSL_CTX_new"),
+    ("kh_tls_ctx_new: certificate chain + key", "load_pair"),
+    ("  of it: certificate (public key through a decoder)", "PEM_read_bio_X509_AUX"),
+    ("kh_tls_ctx_new: self-signed P-256 key + certificate", "self_signed"),
+    ("worker 0: Lua state + app load", "kh_worker_load_here"),
+    ("first TLS handshake (SSL_do_handshake)", "SSL_do_handshake"),
+    ("exit handlers (not counted: first_answer.lua _exits)", "OPENSSL_cleanup"),
+]
+seen = {}
+for line in sys.stdin:
+    m = re.match(r"\s*([\d,]+) .*?:([A-Za-z_][\w.]*?)(?:@@\S+)? \[", line)
+    if m and m.group(2) not in seen:
+        seen[m.group(2)] = int(m.group(1).replace(",", ""))
+for label, fn in parts:
+    if fn in seen:
+        print("    %-52s %10d" % (label, seen[fn]))
+'
 }
 
 {
@@ -103,9 +120,12 @@ breakdown() { # profile -> the inclusive counts of the start-up's parts
   fi
   if [[ " $PARTS " == *" faults "* ]]; then
     echo
-    echo "## Page faults (cleartext, load-independent; each costs 10-35 us on the VMs measured): exec -> the first request reaching Lua"
+    echo "## Page faults (load-independent; each costs 10-35 us on the VMs measured): exec -> the first request reaching Lua"
     if command -v perf >/dev/null && [[ $(id -u) == 0 ]]; then
+      echo "  cleartext:"
       $PY bench/lib/startupfaults.py --bin "$BIN" --port "$PORT" --app bench/apps/first_answer.lua --runs 5 -- $COMMON --listen "127.0.0.1:$PORT"
+      echo "  TLS listener (--tls-cert/--tls-key), polled over TLS:"
+      $PY bench/lib/startupfaults.py --bin "$BIN" --port "$PORT" --app bench/apps/first_answer.lua --runs 5 --tls -- $COMMON --listen "tls://127.0.0.1:$PORT" --tls-cert "$TMP/cert.pem" --tls-key "$TMP/key.pem"
     else
       echo "  (skipped: needs perf and root for the syscall tracepoints)"
     fi

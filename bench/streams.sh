@@ -12,7 +12,8 @@
 # reports, after a full Lua GC, the C allocator's bytes in use (glibc mallinfo2) and the Lua
 # heap per stream: what the idle streams themselves hold.
 # Cases: h1 (cleartext HTTP/1.1), h1+tls, h2c (one stream per connection), h2c-100 (100 streams
-# per connection), h2 (TLS + ALPN). Knobs (env): N (10000), ROUNDS (5), CASES, SERVERS
+# per connection), h2 (TLS + ALPN). Knobs (env): N (10000), ROUNDS (5), CASES, SERVERS, SETTLE (1 s
+# after the warm-up's closes, half of it after the last stream's event; the runs before 2026-12-02 had 2)
 # ("khamsin nginx-lua"), KHAMSIN_BIN (build-release/khamsin, built when missing), SERVER_CORE
 # (1), CLIENT_CORE (0), BASE_PORT (23480). Output is saved in bench/results/streams-<date>.txt.
 set -euo pipefail
@@ -31,10 +32,7 @@ KHAMSIN_BIN=${KHAMSIN_BIN:-build-release/khamsin}
 # shellcheck source=lib/common.sh
 source bench/lib/common.sh
 
-if [[ ! -x $KHAMSIN_BIN ]]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-release -j2 --target khamsin >/dev/null
-fi
+[[ -x $KHAMSIN_BIN ]] || bench_build_release khamsin
 ulimit -n "$(ulimit -Hn)"
 TMP=$(mktemp -d /tmp/khstreams.XXXXXX)
 [[ ${KEEP_TMP:-0} == 1 ]] || trap 'rm -rf "$TMP"' EXIT
@@ -86,7 +84,9 @@ start_server() { # server case port -> pid in SPID
     taskset -c "$SERVER_CORE" nginx -p "$TMP/ngx/" -c "$TMP/ngx/nginx.conf" -e "$TMP/ngx/error.log" &
   fi
   SPID=$!
-  $PY bench/lib/benchlib.py waitready "$port" >/dev/null 2>&1 || sleep 1
+  # listening (waitready wants the hello app's answer: this app has none at /, so that was a fixed 1 s)
+  local i
+  for ((i = 0; i < 500; i++)); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.02; done
 }
 
 one() { # server case port -> prints bytes per stream, lua bytes per stream
@@ -98,11 +98,11 @@ one() { # server case port -> prints bytes per stream, lua bytes per stream
   taskset -c "$CLIENT_CORE" $PY bench/lib/streamsbench.py "$proto" "$port" /sse "$WARM" "$per" <"$TMP/warm" >"$TMP/wready" 2>/dev/null &
   local wpid=$! i
   exec 8>"$TMP/warm"
-  for ((i = 0; i < 600; i++)); do grep -q ready "$TMP/wready" 2>/dev/null && break; kill -0 $wpid 2>/dev/null || break; sleep 0.2; done
+  for ((i = 0; i < 2400; i++)); do grep -q ready "$TMP/wready" 2>/dev/null && break; kill -0 $wpid 2>/dev/null || break; sleep 0.05; done
   exec 8>&-
   wait $wpid 2>/dev/null || true
   rm -f "$TMP/warm" "$TMP/wready"
-  sleep 2
+  sleep "${SETTLE:-1}" # the warm-up's closes are processed (was 2 s: SETTLE=2 for the old runs)
   local g0="0 0" g1="0 0"
   [[ $server == khamsin ]] && g0=$(gc_bytes $((port + 1)))
   local before; before=$(rss_kib "$SPID")
@@ -110,8 +110,8 @@ one() { # server case port -> prints bytes per stream, lua bytes per stream
   taskset -c "$CLIENT_CORE" $PY bench/lib/streamsbench.py "$proto" "$port" /sse "$N" "$per" <"$TMP/hold" >"$TMP/ready" 2>"$TMP/client.err" &
   local cpid=$!
   exec 7>"$TMP/hold"
-  for ((i = 0; i < 600; i++)); do grep -q ready "$TMP/ready" 2>/dev/null && break; kill -0 $cpid 2>/dev/null || break; sleep 0.2; done
-  sleep 1
+  for ((i = 0; i < 2400; i++)); do grep -q ready "$TMP/ready" 2>/dev/null && break; kill -0 $cpid 2>/dev/null || break; sleep 0.05; done
+  sleep "$(awk -v s="${SETTLE:-1}" 'BEGIN { print s / 2 }')" # every stream has had its event (the client said so); was 1 s
   [[ $server == khamsin ]] && g1=$(gc_bytes $((port + 1)))
   local after; after=$(rss_kib "$SPID")
   local ok=1; grep -q "ready $N" "$TMP/ready" || ok=0

@@ -34,7 +34,6 @@ LIB=bench/lib/tlsbench.py
 
 SERVERS=${SERVERS:-"khamsin nginx-lua"}
 CONNS=${CONNS:-256}
-ROUNDS=${ROUNDS:-${BENCH_ROUNDS:-5}}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 HS_SECONDS=${HS_SECONDS:-10}
@@ -42,18 +41,8 @@ HS_CLIENTS=${HS_CLIENTS:-4}
 IDLE_CONNS=${IDLE_CONNS:-5000}
 PARTS=${PARTS:-"load hs idle"}
 BASE_PORT=${BASE_PORT:-24080}
-KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
-KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
-SERVER_CORE=${SERVER_CORE:-1}
-WRK_CORE=${WRK_CORE:-0}
-KEEP_TMP=${KEEP_TMP:-0}
-NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
-
-STAMP=$(date +%Y%m%d-%H%M%S)
-mkdir -p bench/results/tmp
-RESULT="bench/results/tls-$STAMP.txt"
-PARTIAL="bench/results/tmp/tls-$STAMP.txt"
-TMP=$(mktemp -d /tmp/khbench.XXXXXX)
+bench_knobs
+bench_paths tls
 LIVE=()
 
 log() { printf '%s\n' "$*" | tee -a "$PARTIAL"; }
@@ -148,8 +137,7 @@ ulimit -n "$(ulimit -Hn)"
 # the default binary is always brought up to date (a no-op when it is): no figure from a stale build
 if has "$SERVERS" khamsin && [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
   [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" ]] || fail "KHAMSIN_BIN=$KHAMSIN_BIN not found"
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >"$TMP/build.log" 2>&1 &&
-    cmake --build build-release -j2 >>"$TMP/build.log" 2>&1 || fail "khamsin build failed (see $TMP/build.log)"
+  BENCH_BUILD_LOG=$TMP/build.log bench_build_release || fail "khamsin build failed (see $TMP/build.log)"
 fi
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TMP/key.pem" \
   -out "$TMP/cert.pem" -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null

@@ -11,7 +11,7 @@
 #   bench/wait.sh                      # ~3 min; result in bench/results/wait-<stamp>.txt
 #   DURATION=2 ROUNDS=1 bench/wait.sh  # quicker
 # Env: DURATION=5 ROUNDS=5 CONNS=256 KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0
-#      CLIENTS=500 SLOW_SECONDS=6 POOLS="2 8" PORT=24080 NGINX=1
+#      CLIENTS=500 SLOW_SECONDS=6 POOLS="2 8" PORT=24080 NGINX=1 WAIT_PATHS (the windows of part 1)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -20,29 +20,18 @@ PY=/usr/bin/python3
 LIB=bench/lib/waitbench.py
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-256}
-ROUNDS=${ROUNDS:-5}
-SERVER_CORE=${SERVER_CORE:-1}
-WRK_CORE=${WRK_CORE:-0}
 CLIENTS=${CLIENTS:-500}
 SLOW_SECONDS=${SLOW_SECONDS:-6}
 POOLS=${POOLS:-"2 8"}
 PORT=${PORT:-24080}
 NGINX=${NGINX:-1}
-KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
-KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
-STAMP=$(date +%Y%m%d-%H%M%S)
-OUT=bench/results/wait-$STAMP.txt
-TMP=$(mktemp -d /tmp/khwait.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.3;
-            for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
+bench_knobs
+bench_paths wait
+OUT=$RESULT
+bench_pids_trap
 
 # the default binary is always brought up to date (a no-op when it is): no figure from a stale build
-if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
-fi
+if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then bench_build_release khamsin; fi
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 exec > >(tee "$OUT") 2>&1
@@ -68,14 +57,18 @@ echo "## 1. server CPU per request (1 worker, 1 pool thread, all on core $SERVER
 start_khamsin 1 1024
 printf '%-22s %6s %10s %14s %10s %8s %7s\n' path round req/s cpu_us/req cpu_share non2xx errors
 declare -A CPU
-PATHS=(/ "/sleep0?n=1" "/sleep0?n=100" /pool /defer)
+# WAIT_PATHS narrows the windows (all.sh leaves out /sleep0?n=1: no summary row uses it); /, /sleep0?n=100,
+# /pool and /defer are needed for the rows
+read -r -a PATHS <<<"${WAIT_PATHS:-/ /sleep0?n=1 /sleep0?n=100 /pool /defer}"
+REVERSED=()
+for ((i = ${#PATHS[@]} - 1; i >= 0; i--)); do REVERSED+=("${PATHS[$i]}"); done
 for path in "${PATHS[@]}"; do
   $PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" 1 "$WRK_CORE" >/dev/null # warm-up (JIT)
 done
 bench_rounds_init "$TMP"
 while bench_round_next; do # rounds interleave the paths (order flipped each round): noise hits them alike
   r=$BENCH_ROUND
-  order=("${PATHS[@]}"); ((r % 2)) || order=(/defer /pool "/sleep0?n=100" "/sleep0?n=1" /)
+  order=("${PATHS[@]}"); ((r % 2)) || order=("${REVERSED[@]}")
   declare -A THIS=()
   for path in "${order[@]}"; do
     read -r rps cpu share non2xx errs < <($PY $LIB window "$SPID" "$PORT" "$path" "$CONNS" "$DURATION" "$WRK_CORE")

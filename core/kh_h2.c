@@ -1,9 +1,10 @@
 /* kh_h2.c: HTTP/2 protocol module (RFC 9113) on a kh_conn, over nghttp2's server session.
  * Owns:  the per-connection h2 state (malloc'd, its pointer in c->proto_inline): the nghttp2
  *        session, the list of open streams, the dispatch queue, flood counters, the input
- *        scanner and its rings of closed and skipped stream ids; per stream (in
- *        the stream's proto_area) the header fields while they arrive, then the response bytes
- *        nghttp2 has not taken yet; the tunnels' idle timer (a kh_dtimer).
+ *        scanner and its rings of closed and skipped stream ids, the fields of the header
+ *        block being read; per stream (in the stream's proto_area) the response bytes nghttp2
+ *        has not taken yet and its head's bytes until HEADERS is out; the tunnels' idle timer
+ *        (a kh_dtimer); per worker thread, the free lists of nghttp2's small blocks.
  * In:    plaintext from kh_conn (on_read -> nghttp2_session_mem_recv); the flush pass (on_flush ->
  *        nghttp2_session_mem_send into c->out, bounded); sink calls from kh_stream.
  * Out:   kh_stream_on_* events; frames into the conn's out buffer. A response head's fields
@@ -13,14 +14,19 @@
  *        its own when a connection goes idle: see "nghttp2's memory".)
  *
  * What one request costs (issue 15 item 6; bench/h2.sh PARTS=ir, h2load -c 64 -m 10, callgrind):
- * one read carries ~10 requests and one flush pass answers them with one write, so the cost is
- * per request in nghttp2 and in our callbacks, not in syscalls. Cut here: x-request-id is sent
- * not indexed (h2_head: it had filled the HPACK table, ~5,000 instructions a response), the
- * fields' stream is remembered across a header block (hd_stream: no map lookup per field), a
- * field is stored with one reserve, the head's field array is on the stack, the builder's static
- * names go to nghttp2 uncopied, and nghttp2's small blocks come from per-thread free lists
- * (h2_cache_get). What is left is mostly nghttp2's HPACK
- * and frame work, kh_stream's head copy and the Lua handler (the split: bench/README.md, h2.sh).
+ * one read carries ~10 requests and one flush pass answers them with one write (0.1 read and
+ * 0.1 write a request), so the cost is per request in nghttp2 and in our callbacks, not in
+ * syscalls. Cut here: x-request-id is sent not indexed (h2_head: it had filled the HPACK table,
+ * ~5,000 instructions a response), the fields' stream is remembered across a header block
+ * (hd_stream: no map lookup per field), the fields go to one per-connection buffer let go at the
+ * block's end (h2_conn.hdr), the head's field array is on the stack, the response's names and
+ * values go to nghttp2 uncopied (h2_head), a small body sits in a block of the h2 cache
+ * (body_append), nghttp2's small blocks come from per-thread free lists with their class in a
+ * header (h2_cache_get), and frame headers are read in place (scan_recv). 17,450 -> 16,900
+ * instructions a request in one run against lighttpd's 13,430 (its own h2 and HPACK, Lua 5.4).
+ * Of the 16,900, ~9,000 are nghttp2's own (HPACK encode ~2,400 and decode ~1,000, the RFC 9113
+ * field checks ~1,150, stream open/close, frame packing), ~5,700 the app (Lua and the kh_stream
+ * reply path: head build ~500, request head copy ~700), ~2,300 our callbacks here.
  *
  * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
  * queued and dispatched after mem_recv returns, so the DATA frames that came in the same read
@@ -57,9 +63,9 @@
  *    itself is a PROTOCOL_ERROR, and every PRIORITY frame counts toward h2_flood_frames. */
 #include "kh_h2.h"
 
-#include <malloc.h>
 #include <nghttp2/nghttp2.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -96,6 +102,13 @@ typedef struct h2_conn {
     kh_stream *pend_tail;
     kh_stream *hd_stream; /* the stream of the header block being read (hd_id; 0: none) */
     int32_t hd_id;
+    /* the fields of the request header block being read (store_field). Per connection, not per
+     * stream: a header block is never interleaved with another frame (RFC 9113 §6.10), and the
+     * block is let go at its end (head_done), so the streams in flight hold none: with one per
+     * stream (16 KB blocks of the worker's cache, which keeps 256), 640 streams in flight
+     * (h2load -c 64 -m 10) went through malloc/free, ~180 of 17,400 instructions a request
+     * with the response bodies' (bench/h2.sh PARTS=ir) */
+    kh_buf hdr;
     uint32_t nstreams;
     uint32_t flags;
     int depth;               /* nesting of our calls into nghttp2 */
@@ -134,6 +147,7 @@ enum {
     HS_RST_SENT = 1u << 8,  /* we sent RST_STREAM: the peer's frames in flight are ignored */
     HS_RST_RECV = 1u << 9,  /* the peer sent RST_STREAM */
     HS_CUT = 1u << 10,      /* kh_stream_cut: reset once the flush pass sent what it could */
+    HS_SMALL = 1u << 11,    /* buf is a small block from the h2 cache (body_append) */
 };
 
 static int drain_streams(h2_conn *h);
@@ -147,9 +161,10 @@ typedef struct h2_stream {
     uint32_t hbytes; /* header list size as RFC 9113 §6.5.2 counts it (name + value + 32) */
     uint32_t _pad;
     uint64_t rx; /* request body bytes received (kept or dropped) */
-    kh_buf buf;  /* request fields while they arrive, then the response body not yet framed */
+    kh_buf buf;  /* the response body not yet framed (HS_SMALL: a block of the h2 cache) */
     size_t off;  /* response bytes of buf already handed to nghttp2 */
     uint64_t tun_last; /* a tunnel: loop ms of its last byte either way (tun_timer) */
+    void *hblk; /* the response head's bytes nghttp2 points to until HEADERS is out (h2_head) */
 } h2_stream;
 
 _Static_assert(sizeof(h2_conn *) <= sizeof(((kh_conn *)0)->proto_inline), "h2 pointer fits");
@@ -174,6 +189,9 @@ static inline h2_stream *HS(kh_stream *s)
 
 static const kh_sink_vt h2_sink;
 static void h2_free(h2_conn *h);
+static void head_block_free(h2_stream *hs);
+static void body_release(h2_conn *h, h2_stream *hs);
+static void body_append(h2_conn *h, h2_stream *hs, const char *p, size_t n);
 static void on_tunnel_timer(kh_dtimer *t);
 
 /* ---- helpers ---- */
@@ -302,9 +320,39 @@ static int check_frame(h2_conn *h, uint8_t type, int32_t id, uint32_t len)
     }
 }
 
+/* A complete frame header hd, the frame's first byte at p + at: feeds nghttp2 what comes before
+ * it (from p + *fed) when the check needs nghttp2 to have seen every earlier frame, then checks
+ * it. Returns 0 to go on, 1 when the connection is failing or gone (stop), or mem_recv's error
+ * (< 0). */
+static ssize_t frame_header(h2_conn *h, const uint8_t *hd, const uint8_t *p, size_t *fed,
+                            size_t at)
+{
+    uint32_t len = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
+    int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
+                            (uint32_t)hd[7] << 8 | hd[8]) &
+                           0x7fffffffu);
+    /* nghttp2 must have seen every earlier frame when the verdict depends on its stream state
+     * or may end the connection; a HEADERS opening a new stream (the common case) needs no cut */
+    int cut = hd[3] == NGHTTP2_PRIORITY ||
+              ((hd[3] == NGHTTP2_DATA || hd[3] == NGHTTP2_HEADERS) && id <= h->max_id);
+    if (cut && *fed < at) {
+        ssize_t r = nghttp2_session_mem_recv(h->ng, p + *fed, at - *fed);
+        *fed = at;
+        if (r < 0)
+            return r;
+        if (h->flags & (H2_FAILED | H2_DEAD))
+            return 1;
+    }
+    h->sc_left = len;
+    h->sc_pri_id = 0;
+    return check_frame(h, hd[3], id, len) ? 1 : 0;
+}
+
 /* Feeds n bytes to nghttp2, cut before a frame header whose check needs nghttp2 to have seen the
  * frames before it (check_frame). Returns 0 or the first error of mem_recv; stops early (0)
- * when the connection is failing or gone. */
+ * when the connection is failing or gone. A frame header whole in the input is read in place
+ * (the byte-by-byte path, for one split across reads, cost ~180 of 17,300 instructions a
+ * request: bench/h2.sh PARTS=ir). */
 static ssize_t scan_recv(h2_conn *h, const uint8_t *p, size_t n)
 {
     size_t at = 0, fed = 0;
@@ -337,32 +385,20 @@ static ssize_t scan_recv(h2_conn *h, const uint8_t *p, size_t n)
             }
             h->sc_left -= (uint32_t)k;
             at += k;
+        } else if (h->sc_nhd == 0 && n - at >= 9) {
+            r = frame_header(h, p + at, p, &fed, at);
+            if (r != 0)
+                return r < 0 ? r : 0;
+            at += 9;
         } else {
             h->sc_hd[h->sc_nhd++] = p[at];
             if (h->sc_nhd == 9) {
                 h->sc_nhd = 0;
-                const uint8_t *hd = h->sc_hd;
-                uint32_t len = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
-                int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
-                                        (uint32_t)hd[7] << 8 | hd[8]) &
-                                       0x7fffffffu);
-                /* nghttp2 must have seen every earlier frame when the verdict depends on its
-                 * stream state or may end the connection; a HEADERS opening a new stream (the
-                 * common case) needs no cut */
-                int cut = hd[3] == NGHTTP2_PRIORITY ||
-                          ((hd[3] == NGHTTP2_DATA || hd[3] == NGHTTP2_HEADERS) && id <= h->max_id);
-                if (cut && fed < at) {
-                    r = nghttp2_session_mem_recv(h->ng, p + fed, at - fed);
-                    fed = at;
-                    if (r < 0)
-                        return r;
-                    if (h->flags & (H2_FAILED | H2_DEAD))
-                        return 0;
-                }
-                h->sc_left = len;
-                h->sc_pri_id = 0;
-                if (check_frame(h, hd[3], id, len))
-                    return 0;
+                /* (the header's first 8 bytes may have been fed already: nghttp2 acts on a
+                 * frame header only once it has all 9) */
+                r = frame_header(h, h->sc_hd, p, &fed, at);
+                if (r != 0)
+                    return r < 0 ? r : 0;
             }
             at++;
         }
@@ -420,10 +456,13 @@ static kh_stream *new_stream(h2_conn *h, int32_t id)
 static void stream_gone(h2_conn *h, kh_stream *s, int err)
 {
     h2_stream *hs = HS(s);
-    if (h->hd_stream == s)
+    if (h->hd_stream == s) {
         h->hd_id = 0, h->hd_stream = NULL;
+        kh_buf_release(&h->hdr, &h->c->w->bufs);
+    }
     unlink_stream(h, s);
-    kh_buf_release(&hs->buf, &h->c->w->bufs);
+    body_release(h, hs);
+    head_block_free(hs);
     hs->off = 0;
     hs->id = 0;
     hs->flags &= HS_PENDING;    /* a queued dispatch still holds its ref and will see proto NULL */
@@ -466,22 +505,20 @@ static void dispatch_pending(h2_conn *h)
 
 /* ---- the request head ---- */
 
-/* Fields are packed in hs->buf as [u32 name len][u32 value len][name][value]. */
-static void store_field(kh_conn *c, h2_stream *hs, const uint8_t *name, size_t nlen,
-                        const uint8_t *value, size_t vlen)
+/* Fields are packed in h->hdr as [u32 name len][u32 value len][name][value]. */
+static void store_field(h2_conn *h, const uint8_t *name, size_t nlen, const uint8_t *value,
+                        size_t vlen)
 {
+    kh_buf *hb = &h->hdr;
     uint32_t lens[2] = {(uint32_t)nlen, (uint32_t)vlen};
-    char *o = kh_buf_reserve(&hs->buf, &c->w->bufs, sizeof lens + nlen + vlen);
+    size_t need = sizeof lens + nlen + vlen;
+    char *o = KH_LIKELY(hb->cap - hb->len >= need) ? hb->base + hb->len
+                                                  : kh_buf_reserve(hb, &h->c->w->bufs, need);
     memcpy(o, lens, sizeof lens);
     memcpy(o + sizeof lens, name, nlen);
     if (vlen)
         memcpy(o + sizeof lens + nlen, value, vlen);
-    hs->buf.len += sizeof lens + nlen + vlen;
-}
-
-static int is_pseudo(kh_str n, const char *lit)
-{
-    return kh_str_eq(n, lit, strlen(lit));
+    hb->len += sizeof lens + nlen + vlen;
 }
 
 /* Host names compare case-insensitively (RFC 3986 §6.2.2.1); the rest is compared as sent. */
@@ -519,20 +556,23 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
     kh_buf cookie = {0};
     if (!(hs->flags & (HS_TOO_LARGE | HS_URI_LONG))) {
         size_t at = 0;
-        while (at + 8 <= hs->buf.len) {
+        while (at + 8 <= h->hdr.len) {
             uint32_t lens[2];
-            memcpy(lens, hs->buf.base + at, sizeof lens);
-            kh_str nm = {hs->buf.base + at + 8, lens[0]};
-            kh_str val = {hs->buf.base + at + 8 + lens[0], lens[1]};
+            memcpy(lens, h->hdr.base + at, sizeof lens);
+            kh_str nm = {h->hdr.base + at + 8, lens[0]};
+            kh_str val = {h->hdr.base + at + 8 + lens[0], lens[1]};
             at += 8 + lens[0] + lens[1];
             if (nm.len && nm.ptr[0] == ':') {
-                if (is_pseudo(nm, ":method"))
+                /* nghttp2 let through only :method, :scheme, :path, :authority and :protocol
+                 * (nghttp2_http_on_header): the length tells them apart, but for :method and
+                 * :scheme (no memcmp each) */
+                if (nm.len == 7 && nm.ptr[1] == 'm')
                     method = val;
-                else if (is_pseudo(nm, ":path"))
+                else if (nm.len == 5)
                     path = val;
-                else if (is_pseudo(nm, ":authority"))
+                else if (nm.len == 10)
                     authority = val;
-                else if (is_pseudo(nm, ":protocol")) /* (:scheme: the connection says) */
+                else if (nm.len == 9) /* (:scheme: the connection says) */
                     protocol = val; /* RFC 8441 §4; nghttp2 allows it on CONNECT only */
                 continue;
             }
@@ -570,7 +610,7 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
             if (fields != fields_local)
                 free(fields);
             kh_buf_release(&cookie, NULL);
-            kh_buf_release(&hs->buf, &c->w->bufs);
+            kh_buf_release(&h->hdr, &c->w->bufs);
             nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, hs->id, NGHTTP2_PROTOCOL_ERROR);
             return;
         }
@@ -586,7 +626,7 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
     if (fields != fields_local)
         free(fields);
     kh_buf_release(&cookie, NULL);
-    kh_buf_release(&hs->buf, &c->w->bufs);
+    kh_buf_release(&h->hdr, &c->w->bufs);
     if (protocol.len && kh_str_eq(method, "CONNECT", 7) && !end_stream) {
         /* extended CONNECT (RFC 8441): a tunnel request; its DATA is the tunnel's, read once
          * the app accepts (kh_stream_accept_tunnel), so no body is expected before that */
@@ -610,6 +650,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
     nghttp2_session_set_stream_user_data(ng, f->hd.stream_id, s);
     h->hd_stream = s; /* on_header's fields go there: no map lookup per field */
     h->hd_id = f->hd.stream_id;
+    h->hdr.len = 0; /* (a block cut short by a stream error leaves its fields) */
     return 0;
 }
 
@@ -652,7 +693,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
         return 0; /* trailers: not passed to the app (as on HTTP/1.1) */
     if (hs->hbytes > l->header_bytes || hs->nfields > l->header_fields) {
         hs->flags |= HS_TOO_LARGE; /* answered 431; the block is still decoded (HPACK state) */
-        kh_buf_release(&hs->buf, &c->w->bufs);
+        kh_buf_release(&h->hdr, &c->w->bufs);
         return 0;
     }
     if (hs->flags & (HS_TOO_LARGE | HS_URI_LONG))
@@ -661,7 +702,7 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
         hs->flags |= HS_URI_LONG;
         return 0;
     }
-    store_field(c, hs, name, nlen, value, vlen);
+    store_field(h, name, nlen, value, vlen);
     return 0;
 }
 
@@ -752,7 +793,8 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
     kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
     if (s == NULL)
         return 0;
-    nghttp2_session_set_stream_user_data(ng, id, NULL);
+    /* (no set_stream_user_data(NULL): with no closed streams kept, nghttp2 destroys the stream
+     * right after this callback) */
     if (code != NGHTTP2_NO_ERROR)
         KH_LOG_DEBUG("c%u h2: stream %d reset: %s", h->c->id, id, nghttp2_http2_strerror(code));
     if (!(HS(s)->flags & HS_RST_SENT))
@@ -855,15 +897,28 @@ static _Thread_local struct {
 static int h2_page4k; /* the page size is H2_ZPAGE (set once, with the callbacks) */
 
 /* nghttp2's small blocks per request: two outbound items (152 bytes in 1.52), the stream (224),
- * the copy of the response's header list (~390); malloc'd and freed in bursts of a read's worth
+ * the copy of the response's header list (~300); malloc'd and freed in bursts of a read's worth
  * of streams, more of one size than glibc's per-thread cache keeps (7), so most went through
  * _int_malloc/_int_free: ~1,100 instructions a request. A free list per size class per worker
- * thread takes them instead: a block freed goes to the largest class its usable size holds
- * (malloc_usable_size: no header, and any block nghttp2 frees is a valid block of that size),
- * up to H2_CACHE_BYTES a thread; emptied when the thread's last session goes (h2_cache_drain).
- * Under ASan a cached block is poisoned past its link, so a use after free is still caught. */
-enum { H2_NCLASS = 6, H2_CACHE_BYTES = 1024 * 1024 };
-static const uint16_t h2_class[H2_NCLASS] = {64, 96, 160, 240, 400, 512};
+ * thread takes them instead, up to H2_CACHE_BYTES a thread; emptied when the thread's last
+ * session goes (h2_cache_drain). Each block nghttp2 gets from us (but the shared frame buffer and
+ * the stream map's page, told apart by address) has a 16-byte header in front holding its class
+ * (H2_BIG: a plain malloc of any size), so a free needs neither malloc_usable_size nor a search:
+ * 423 -> ~150 instructions of allocation a request (bench/h2.sh PARTS=ir). Under ASan a cached
+ * block is poisoned past its link, so a use after free is still caught. */
+enum { H2_NCLASS = 6, H2_CACHE_BYTES = 1024 * 1024, H2_HDR = 16, H2_BIG = 0xff };
+enum { H2_HBLK = 240 - H2_HDR }; /* h2_head's block: a usual head's copied bytes fit */
+static const uint16_t h2_class[H2_NCLASS] = {64, 96, 160, 240, 400, 512}; /* header included */
+/* h2_class_of[(n + H2_HDR + 15) / 16]: the smallest class holding n bytes and the header */
+static const uint8_t h2_class_of[512 / 16 + 1] = {
+    0, 0, 0, 0, 0,                      /* up to 64 */
+    1, 1,                               /* 96 */
+    2, 2, 2, 2,                         /* 160 */
+    3, 3, 3, 3, 3,                      /* 240 */
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4,       /* 400 */
+    5, 5, 5, 5, 5, 5, 5,                /* 512 */
+};
+_Static_assert(sizeof h2_class_of == 33, "one entry per 16 bytes up to 512");
 static _Thread_local struct {
     void *head[H2_NCLASS];
     size_t bytes;
@@ -871,38 +926,36 @@ static _Thread_local struct {
 
 static void *h2_cache_get(size_t n)
 {
-    int k = 0;
-    while (h2_class[k] < n)
-        k++;
-    void *p = h2_cache.head[k];
-    if (p == NULL)
-        return malloc(h2_class[k]);
+    unsigned k = n + H2_HDR <= h2_class[H2_NCLASS - 1] ? h2_class_of[(n + H2_HDR + 15) / 16]
+                                                       : H2_BIG;
+    uint8_t *b;
+    if (k != H2_BIG && (b = h2_cache.head[k]) != NULL) {
 #ifdef KH_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(p, h2_class[k]);
+        ASAN_UNPOISON_MEMORY_REGION(b, h2_class[k]);
 #endif
-    memcpy(&h2_cache.head[k], p, sizeof p);
-    h2_cache.bytes -= h2_class[k];
-    return p;
+        memcpy(&h2_cache.head[k], b, sizeof(void *));
+        h2_cache.bytes -= h2_class[k];
+    } else if ((b = malloc(k != H2_BIG ? h2_class[k] : n + H2_HDR)) == NULL) {
+        return NULL;
+    }
+    b[0] = (uint8_t)k;
+    return b + H2_HDR;
 }
 
-/* Returns 1 when p was kept. */
-static int h2_cache_put(void *p)
+static void h2_cache_put(void *p)
 {
-    size_t u = malloc_usable_size(p);
-    if (u < h2_class[0] || u > 2 * h2_class[H2_NCLASS - 1])
-        return 0;
-    int k = H2_NCLASS - 1;
-    while (h2_class[k] > u)
-        k--;
-    if (h2_cache.bytes + h2_class[k] > H2_CACHE_BYTES)
-        return 0;
-    memcpy(p, &h2_cache.head[k], sizeof p);
-    h2_cache.head[k] = p;
+    uint8_t *b = (uint8_t *)p - H2_HDR;
+    unsigned k = b[0];
+    if (k == H2_BIG || h2_cache.bytes + h2_class[k] > H2_CACHE_BYTES) {
+        free(b);
+        return;
+    }
+    memcpy(b, &h2_cache.head[k], sizeof(void *));
+    h2_cache.head[k] = b;
     h2_cache.bytes += h2_class[k];
 #ifdef KH_ASAN
-    ASAN_POISON_MEMORY_REGION((char *)p + sizeof p, h2_class[k] - sizeof p);
+    ASAN_POISON_MEMORY_REGION(b + sizeof(void *), h2_class[k] - sizeof(void *));
 #endif
-    return 1;
 }
 
 static void h2_cache_drain(void)
@@ -910,10 +963,10 @@ static void h2_cache_drain(void)
     for (int k = 0; k < H2_NCLASS; k++)
         while (h2_cache.head[k]) {
             void *p = h2_cache.head[k];
-            memcpy(&h2_cache.head[k], p, sizeof p);
 #ifdef KH_ASAN
             ASAN_UNPOISON_MEMORY_REGION(p, h2_class[k]);
 #endif
+            memcpy(&h2_cache.head[k], p, sizeof p);
             free(p);
         }
     h2_cache.bytes = 0;
@@ -941,36 +994,44 @@ static void *h2m_malloc(size_t n, void *ud)
         h2_fb.users++;
         return h2_fb.buf;
     }
-    return n <= h2_class[H2_NCLASS - 1] ? h2_cache_get(n) : malloc(n);
+    return n <= SIZE_MAX - H2_HDR ? h2_cache_get(n) : NULL;
 }
 
 static void h2m_free(void *p, void *ud)
 {
     h2_conn *h = ud;
-    if (p != NULL && p == h->zpage)
+    if (p == NULL)
+        return;
+    if (p == h->zpage) {
         h->zpage = NULL; /* a map that grew frees its first table */
-    if (p != NULL && p == h2_fb.buf) {
+        free(p);
+        return;
+    }
+    if (p == h2_fb.buf) {
         if (--h2_fb.users == 0) {
             free(h2_fb.buf);
             h2_fb.buf = NULL;
         }
         return;
     }
-    if (p != NULL && h2_cache_put(p))
-        return;
-    free(p);
+    h2_cache_put(p);
 }
 
 static void *h2m_calloc(size_t n, size_t size, void *ud)
 {
     h2_conn *h = ud;
+    if (size && n > SIZE_MAX / size)
+        return NULL;
     if (h2_page4k && ud == h2_fb.creating && h->zpage == NULL && n * size == H2_ZPAGE) {
         void *p = aligned_alloc(H2_ZPAGE, H2_ZPAGE);
         if (p)
             memset(p, 0, H2_ZPAGE);
         return h->zpage = p;
     }
-    return calloc(n, size);
+    void *p = h2m_malloc(n * size, ud);
+    if (p)
+        memset(p, 0, n * size);
+    return p;
 }
 
 /* update_timer, as the connection goes idle: the map's page back if it holds only zeros. */
@@ -980,27 +1041,94 @@ static void zpage_give_back(h2_conn *h, uint64_t now)
         return;
     h->zpage_next = now + 1000;
     h->zpage_dirty = 0;
-    const uint64_t *q = h->zpage;
-    for (size_t i = 0; i < H2_ZPAGE / sizeof *q; i++)
-        if (q[i])
-            return;
+    /* memcmp with a page of zeros (vectorized: ~150 instructions) rather than a loop over
+     * 512 words (~1,600): under callgrind, where a second is few requests, it showed as
+     * ~150 Ir/request in bench/h2.sh PARTS=ir */
+    static const uint64_t zeros[H2_ZPAGE / sizeof(uint64_t)];
+    if (memcmp(h->zpage, zeros, H2_ZPAGE) != 0)
+        return;
     madvise(h->zpage, H2_ZPAGE, MADV_DONTNEED);
-
 }
 
+/* Not on the request path (nghttp2 1.52 reallocs only a header block's buffers): a new block
+ * and a copy, whatever the sizes. */
 static void *h2m_realloc(void *p, size_t n, void *ud)
 {
+    h2_conn *h = ud;
     if (p == NULL)
         return h2m_malloc(n, ud); /* nghttp2_buf_reserve allocates the frame buffer this way */
-    if (p == h2_fb.buf) {         /* not done by 1.52; a private copy if it ever is */
-        void *q = malloc(n);
-        if (q == NULL)
-            return NULL;
-        memcpy(q, p, KH_MIN(n, (size_t)H2_FRAMEBUF_CHUNKLEN));
-        h2m_free(p, ud);
-        return q;
+    size_t old;
+    if (p == h2_fb.buf)
+        old = H2_FRAMEBUF_CHUNKLEN; /* not done by 1.52; a private copy if it ever is */
+    else if (p == h->zpage)
+        old = H2_ZPAGE;
+    else {
+        uint8_t *b = (uint8_t *)p - H2_HDR;
+        if (b[0] == H2_BIG) {
+            if (n > SIZE_MAX - H2_HDR || (b = realloc(b, n + H2_HDR)) == NULL)
+                return NULL;
+            return b + H2_HDR;
+        }
+        old = h2_class[b[0]] - H2_HDR;
     }
-    return realloc(p, n);
+    void *q = h2m_malloc(n, ud);
+    if (q == NULL)
+        return NULL;
+    memcpy(q, p, KH_MIN(n, old));
+    h2m_free(p, ud);
+    return q;
+}
+
+/* The response body's buffer. A body that starts small (a usual reply, all of it at once) goes
+ * in a block of the h2 cache sized for it (HS_SMALL), not in a 16 KB block of the worker's
+ * cache: those, one per stream between the reply and the flush pass, are 640 with h2load -c 64
+ * -m 10, more than the worker's cache keeps (256), so most went through malloc/free (see
+ * h2_conn.hdr). A body that outgrows its small block moves to a kh_buf. */
+enum { H2_SMALL_MAX = 512 - H2_HDR };
+static void body_append(h2_conn *h, h2_stream *hs, const char *p, size_t n)
+{
+    kh_buf *b = &hs->buf;
+    if (b->base == NULL && n <= H2_SMALL_MAX) {
+        uint8_t *blk = h2_cache_get(n);
+        if (blk) {
+            b->base = (char *)blk;
+            b->cap = h2_class[blk[-H2_HDR]] - H2_HDR;
+            b->len = 0;
+            hs->flags |= HS_SMALL;
+        }
+    } else if ((hs->flags & HS_SMALL) && b->cap - b->len < n) {
+        kh_buf nb = {0};
+        kh_buf_append(&nb, &h->c->w->bufs, b->base, b->len);
+        h2_cache_put(b->base);
+        hs->flags &= ~HS_SMALL;
+        *b = nb;
+    }
+    if (hs->flags & HS_SMALL) {
+        memcpy(b->base + b->len, p, n);
+        b->len += n;
+    } else {
+        kh_buf_append(b, &h->c->w->bufs, p, n);
+    }
+}
+
+static void body_release(h2_conn *h, h2_stream *hs)
+{
+    if (hs->flags & HS_SMALL) {
+        h2_cache_put(hs->buf.base);
+        hs->flags &= ~HS_SMALL;
+        hs->buf = (kh_buf){0};
+    } else {
+        kh_buf_release(&hs->buf, &h->c->w->bufs);
+    }
+}
+
+/* The response head's block (h2_head), once nghttp2 no longer points into it. */
+static void head_block_free(h2_stream *hs)
+{
+    if (hs->hblk) {
+        h2_cache_put(hs->hblk);
+        hs->hblk = NULL;
+    }
 }
 
 /* ---- the connection ---- */
@@ -1457,6 +1585,7 @@ static void h2_free(h2_conn *h)
 {
     if (kh_dtimer_active(&h->tun_timer))
         kh_worker_dtimer_cancel(h->c->w, &h->tun_timer);
+    kh_buf_release(&h->hdr, &h->c->w->bufs);
     h2_session_del(h->ng);
     free(h);
 }
@@ -1507,6 +1636,7 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
     h2_conn *h = ud;
     kh_stream *s = src->ptr;
     h2_stream *hs = HS(s);
+    head_block_free(hs); /* HEADERS is out: DATA is asked for only after it */
     size_t avail = hs->buf.len - hs->off;
     if (avail == 0) {
         if (hs->flags & HS_FIN) {
@@ -1524,7 +1654,7 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         hs->tun_last = uv_now(&h->c->w->loop);
     if (hs->off == hs->buf.len) {
         /* all handed over: the block goes back to the cache now, not at stream end */
-        kh_buf_release(&hs->buf, &h->c->w->bufs);
+        body_release(h, hs);
         hs->off = 0;
         if (hs->flags & HS_FIN)
             *data_flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -1541,23 +1671,58 @@ static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
     kh_stream_head_build(&b, s, status, hdr, n, clen);
     nghttp2_nv local[KH_HEAD_LOCAL];
     nghttp2_nv *nv = b.n <= KH_HEAD_LOCAL ? local : kh_xmalloc(b.n * sizeof *nv);
+    /* The names and values go to nghttp2 uncopied (NO_COPY_NAME | NO_COPY_VALUE): nghttp2's
+     * nghttp2_nv_array_copy copied each field and lower-cased every name again, ~590 of 17,300
+     * instructions a request (bench/h2.sh PARTS=ir). A name the builder did not lower into
+     * b.lower is one of its static literals (":status", "server", "date", "content-length";
+     * kh_stream.h), and so is such a field's value unless it is in b (the status and length
+     * digits): "khamsin", or the worker's Date (rewritten in place once a second, so a HEADERS
+     * packed later still reads a valid date). Everything else (the lowered names, the app's
+     * values, the digits) is copied into one block of ours that lives until HEADERS is packed:
+     * freed by read_body, which nghttp2 calls only once HEADERS is out, or when the stream
+     * goes. A field that does not fit in the block is copied by nghttp2, as before. */
+    int lower_local = b.lower == b.lower_local;
+    uint8_t *at = lower_local && hs->hblk == NULL ? h2_cache_get(H2_HBLK) : NULL;
+    uint8_t *end = at ? at + H2_HBLK : NULL;
+    if (at)
+        hs->hblk = at;
+    const char *bb = (const char *)&b, *be = (const char *)(&b + 1);
     for (size_t i = 0; i < b.n; i++) {
-        kh_str nm = b.f[i].name;
-        nv[i] = (nghttp2_nv){(uint8_t *)nm.ptr, (uint8_t *)b.f[i].value.ptr, nm.len,
-                             b.f[i].value.len, NGHTTP2_NV_FLAG_NONE};
+        kh_str nm = b.f[i].name, val = b.f[i].value;
+        nv[i] = (nghttp2_nv){(uint8_t *)nm.ptr, (uint8_t *)val.ptr, nm.len, val.len,
+                             NGHTTP2_NV_FLAG_NONE};
         /* x-request-id differs on every response: indexed, each one pushes an entry into the
          * HPACK table that no later response matches, and the table fills with them (~70 in
          * 4 KB), all in one hash chain that nghttp2 walks, comparing, for every x-request-id:
          * ~5,000 instructions a response (bench/h2.sh PARTS=ir). Not indexed, the search stops
          * at the first entry of that name. One response in 64 (the stream ids 1, 129, ...)
          * is still indexed, so that the name stays in the table and goes out as an index. */
-        if (nm.len == 12 && memcmp(nm.ptr, "x-request-id", 12) == 0 && (hs->id & 127) != 1)
+        if (nm.len == 12 && nm.ptr[0] == 'x' && memcmp(nm.ptr, "x-request-id", 12) == 0 &&
+            (hs->id & 127) != 1) /* (content-type is 12 bytes too: no memcmp for it) */
             nv[i].flags = NGHTTP2_NV_FLAG_NO_INDEX;
-        /* a name the builder did not lower into b.lower is one of its static literals (":status",
-         * "server", "date", "content-length"; kh_stream.h): nghttp2 need not copy and lower it */
-        if (b.lower == b.lower_local &&
-            (nm.ptr < b.lower_local || nm.ptr >= b.lower_local + sizeof b.lower_local))
+        int lowered = nm.ptr >= b.lower_local && nm.ptr < b.lower_local + sizeof b.lower_local;
+        if (!lower_local)
+            continue;
+        if (!lowered) {
             nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_NAME;
+            if (at && !(val.ptr >= bb && val.ptr < be)) {
+                nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+                continue;
+            }
+        }
+        if (at == NULL || (lowered ? nm.len : 0) + val.len > (size_t)(end - at))
+            continue;
+        if (lowered) {
+            memcpy(at, nm.ptr, nm.len);
+            nv[i].name = at;
+            at += nm.len;
+            nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_NAME; /* lower case: the builder's */
+        }
+        if (val.len)
+            memcpy(at, val.ptr, val.len);
+        nv[i].value = at;
+        at += val.len;
+        nv[i].flags |= NGHTTP2_NV_FLAG_NO_COPY_VALUE;
     }
     if (b.no_data)
         hs->flags |= HS_NO_DATA;
@@ -1571,6 +1736,7 @@ static int h2_head(kh_stream *s, int status, const kh_header *hdr, size_t n, int
     kh_worker_schedule_flush(c->w, c);
     if (r != 0) {
         KH_LOG_DEBUG("c%u h2: stream %d: submit_response: %s", c->id, hs->id, nghttp2_strerror(r));
+        head_block_free(hs);
         return KH_ECLOSED;
     }
     hs->flags |= HS_SUBMITTED;
@@ -1587,7 +1753,7 @@ static int h2_data(kh_stream *s, const char *p, size_t n, int fin)
     if (n) {
         if (hs->off == hs->buf.len)
             hs->buf.len = hs->off = 0;
-        kh_buf_append(&hs->buf, &c->w->bufs, p, n);
+        body_append(h, hs, p, n);
     }
     if (fin)
         hs->flags |= HS_FIN;

@@ -22,8 +22,10 @@
 
 #include <openssl/core_names.h>
 #include <openssl/decoder.h>
+#include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/param_build.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
@@ -35,6 +37,7 @@
 #include "kh_log.h"
 #include "kh_proto.h"
 #include "kh_tls13.h"
+#include "kh_tls_module.h"
 
 /* Session tickets (RFC 8446 §4.6.1): one AES-256-CBC + HMAC-SHA256 key encrypts new tickets for
  * ticket_rotate_s, then only decrypts for as long (its tickets get a fresh one, return 2), so a
@@ -105,10 +108,12 @@ static uint64_t mono_s(void)
 static const char *ssl_err(char *buf, size_t len)
 {
     unsigned long e = ERR_get_error();
-    if (e == 0)
+    if (e == 0) {
         snprintf(buf, len, "unknown error");
-    else
+    } else {
+        kh_tls_err_strings(); /* not loaded at start-up (kh_tls_module.h) */
         ERR_error_string_n(e, buf, len);
+    }
     ERR_clear_error();
     return buf;
 }
@@ -425,21 +430,130 @@ static int add_ext(X509 *x, int nid, const char *value)
     return r == 1 ? 0 : -1;
 }
 
+/* EC keys through the legacy EC_KEY API, deprecated in 3.0 but the only way to parse SEC1 and
+ * to hand a public key to a certificate without OpenSSL 3.0's decoders and encoders, whose
+ * first use costs millions of instructions at start-up (they try every implementation the
+ * default provider has). The keys kept (in the SSL_CTX) are provider-native (ec_native), as
+ * before. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+/* The provider-native EVP_PKEY of a legacy EC_KEY holding a private key, or NULL. */
+static EVP_PKEY *ec_native(const EC_KEY *ec)
+{
+    EVP_PKEY *out = NULL;
+    const EC_GROUP *g = EC_KEY_get0_group(ec);
+    const char *curve = g ? OBJ_nid2sn(EC_GROUP_get_curve_name(g)) : NULL;
+    unsigned char *pub = NULL;
+    size_t publen = curve && EC_KEY_get0_public_key(ec) && EC_KEY_get0_private_key(ec)
+                        ? EC_KEY_key2buf(ec, POINT_CONVERSION_UNCOMPRESSED, &pub, NULL) : 0;
+    OSSL_PARAM_BLD *bld = publen ? OSSL_PARAM_BLD_new() : NULL;
+    OSSL_PARAM *params = NULL;
+    if (bld && OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, curve, 0) == 1 &&
+        OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_PRIV_KEY, EC_KEY_get0_private_key(ec)) == 1 &&
+        OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, pub, publen) == 1 &&
+        (params = OSSL_PARAM_BLD_to_param(bld)) != NULL) {
+        EVP_PKEY_CTX *pc = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+        if (pc == NULL || EVP_PKEY_fromdata_init(pc) != 1 ||
+            EVP_PKEY_fromdata(pc, &out, EVP_PKEY_KEYPAIR, params) != 1) {
+            EVP_PKEY_free(out);
+            out = NULL;
+        }
+        EVP_PKEY_CTX_free(pc);
+    }
+    OSSL_PARAM_free(params); /* clears the private key's bytes */
+    OSSL_PARAM_BLD_free(bld);
+    OPENSSL_free(pub);
+    return out;
+}
+
+/* An EC private key (PEM "PRIVATE KEY" holding id-ecPublicKey, or "EC PRIVATE KEY") without
+ * OpenSSL 3.0's decoders: the PEM body, the PKCS#8 and SEC1 structures through the ASN.1
+ * templates, then the key handed to the EC key manager as parameters (EVP_PKEY_fromdata), so
+ * the SSL_CTX holds the same provider-native key as before. A decoder context is set up by
+ * trying every decoder of the default provider against the wanted type: ~1.2 M instructions
+ * for an ECDSA P-256 key, this ~0.1 M (bench/startup.sh). NULL for anything else (another key
+ * type, an encrypted key, a curve the EC manager does not know): the caller takes the decoder
+ * path, whose errors say why. EC_KEY is deprecated in 3.0 but is the only parser of SEC1 that
+ * does not go through a decoder. */
+static EVP_PKEY *ec_key_read(const char *path)
+{
+    char *name = NULL, *header = NULL;
+    unsigned char *der = NULL;
+    long len = 0;
+    BIO *b = BIO_new_file(path, "r");
+    int ok = b && PEM_read_bio(b, &name, &header, &der, &len) == 1;
+    BIO_free(b);
+    EC_KEY *ec = NULL;
+    PKCS8_PRIV_KEY_INFO *p8 = NULL;
+    if (ok && strcmp(name, "EC PRIVATE KEY") == 0) {
+        const unsigned char *p = der;
+        ec = d2i_ECPrivateKey(NULL, &p, len);
+    } else if (ok && strcmp(name, "PRIVATE KEY") == 0) {
+        const unsigned char *p = der, *pk;
+        const ASN1_OBJECT *obj;
+        const X509_ALGOR *alg;
+        const void *pval;
+        int pklen, ptype;
+        p8 = d2i_PKCS8_PRIV_KEY_INFO(NULL, &p, len);
+        if (p8 && PKCS8_pkey_get0(&obj, &pk, &pklen, &alg, p8) == 1 &&
+            OBJ_obj2nid(obj) == NID_X9_62_id_ecPublicKey) {
+            X509_ALGOR_get0(NULL, &ptype, &pval, alg);
+            /* named curves only; the key inside may leave its parameters to the algorithm */
+            if (ptype == V_ASN1_OBJECT && (ec = EC_KEY_new_by_curve_name(OBJ_obj2nid(pval))) &&
+                d2i_ECPrivateKey(&ec, &pk, pklen) == NULL) {
+                EC_KEY_free(ec); /* d2i frees *a only when it allocated it */
+                ec = NULL;
+            }
+        }
+    }
+    EVP_PKEY *out = ec ? ec_native(ec) : NULL;
+    EC_KEY_free(ec);
+    PKCS8_PRIV_KEY_INFO_free(p8);
+    if (der)
+        OPENSSL_cleanse(der, (size_t)len);
+    OPENSSL_free(der);
+    OPENSSL_free(name);
+    OPENSSL_free(header);
+    ERR_clear_error();
+    return out;
+}
+/* A fresh P-256 key, provider-native (returned: the certificate is signed with it and the
+ * SSL_CTX holds it), and in *pub the same key as a legacy EVP_PKEY for X509_set_pubkey: given a
+ * native key, X509_set_pubkey encodes the public key through an OSSL_ENCODER and decodes it
+ * back through an OSSL_DECODER (~5.9 M instructions, the first use of both); given a legacy
+ * one, the EC method's pub_encode (bench/startup.sh). NULL (and *pub NULL) on failure. */
+static EVP_PKEY *ec_p256_gen(EVP_PKEY **pub)
+{
+    EC_KEY *ec = EC_KEY_new_by_curve_name(NID_X9_62_prime256v1);
+    EVP_PKEY *pk = NULL;
+    *pub = NULL;
+    if (ec && EC_KEY_generate_key(ec) == 1 && (*pub = EVP_PKEY_new()) != NULL &&
+        EVP_PKEY_set1_EC_KEY(*pub, ec) == 1)
+        pk = ec_native(ec);
+    EC_KEY_free(ec);
+    if (pk == NULL) {
+        EVP_PKEY_free(*pub);
+        *pub = NULL;
+    }
+    return pk;
+}
+#pragma GCC diagnostic pop
+
 /* A P-256 certificate for localhost, 127.0.0.1 and ::1, valid from an hour ago for 365 days
  * (its key lives only in this process, so a long validity exposes nothing; browsers cap leaf
  * certificates at 398 days, and testssl rates "expires in < 60 days" as a finding). */
 static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
 {
     char e[256];
-    EVP_PKEY *pk = EVP_EC_gen("P-256");
+    EVP_PKEY *pub, *pk = ec_p256_gen(&pub);
     X509 *x = X509_new();
     BIGNUM *serial = BN_new();
-    int ok = pk && x && serial && X509_set_version(x, 2) == 1 &&
+    int ok = pub && pk && x && serial && X509_set_version(x, 2) == 1 &&
              BN_rand(serial, 63, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) == 1 &&
              BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(x)) != NULL &&
              X509_gmtime_adj(X509_getm_notBefore(x), -3600) != NULL &&
              X509_gmtime_adj(X509_getm_notAfter(x), 365L * 24 * 3600) != NULL &&
-             X509_set_pubkey(x, pk) == 1 &&
+             X509_set_pubkey(x, pub) == 1 &&
              X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
                                         (const unsigned char *)"localhost", -1, -1, 0) == 1 &&
              X509_set_issuer_name(x, X509_get_subject_name(x)) == 1 &&
@@ -454,25 +568,33 @@ static int self_signed(SSL_CTX *ctx, char *err, size_t errlen)
     BN_free(serial);
     X509_free(x);
     EVP_PKEY_free(pk);
+    EVP_PKEY_free(pub);
     return ok ? 0 : -1;
 }
 
-/* The private key through a decoder asked for the certificate's key type only: what
- * SSL_CTX_use_PrivateKey_file does, minus trying every key type OpenSSL knows (~4 M of the
- * ~27 M instructions a TLS listener's start-up took, bench/startup.sh). -1 when it did not work
- * (the caller then takes OpenSSL's path, whose error says why); its errors are cleared. */
+/* The private key through the narrowest path that works: ec_key_read for an EC key, else a
+ * decoder asked for the certificate's key type only: what SSL_CTX_use_PrivateKey_file does,
+ * minus trying every key type OpenSSL knows (~4 M of the ~27 M instructions a TLS listener's
+ * start-up took, bench/startup.sh). -1 when it did not work (the caller then takes OpenSSL's
+ * path, whose error says why); its errors are cleared. */
 static int use_key_narrow(SSL_CTX *ctx, const char *path)
 {
     X509 *x = SSL_CTX_get0_certificate(ctx);
     const char *type = x ? EVP_PKEY_get0_type_name(X509_get0_pubkey(x)) : NULL;
     if (type == NULL)
         return -1;
-    EVP_PKEY *pk = NULL;
-    OSSL_DECODER_CTX *dc = OSSL_DECODER_CTX_new_for_pkey(&pk, "PEM", NULL, type,
-                                                         EVP_PKEY_KEYPAIR, NULL, NULL);
-    BIO *b = BIO_new_file(path, "r");
-    int ok = dc && b && OSSL_DECODER_from_bio(dc, b) == 1 && pk &&
-             SSL_CTX_use_PrivateKey(ctx, pk) == 1;
+    EVP_PKEY *pk = strcmp(type, "EC") == 0 ? ec_key_read(path) : NULL;
+    OSSL_DECODER_CTX *dc = NULL;
+    BIO *b = NULL;
+    if (pk == NULL) {
+        dc = OSSL_DECODER_CTX_new_for_pkey(&pk, "PEM", NULL, type, EVP_PKEY_KEYPAIR, NULL, NULL);
+        b = BIO_new_file(path, "r");
+        if (dc == NULL || b == NULL || OSSL_DECODER_from_bio(dc, b) != 1) {
+            EVP_PKEY_free(pk);
+            pk = NULL;
+        }
+    }
+    int ok = pk && SSL_CTX_use_PrivateKey(ctx, pk) == 1;
     BIO_free(b);
     OSSL_DECODER_CTX_free(dc);
     EVP_PKEY_free(pk);

@@ -22,6 +22,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "kh_tls_module.h"
+
 struct kh_tls_client {
     SSL *ssl;
     BIO *rbio, *wbio; /* network side: ciphertext in, ciphertext out */
@@ -42,10 +44,12 @@ static cctx *ctxs;
 static const char *ssl_err(char *buf, size_t len)
 {
     unsigned long e = ERR_get_error();
-    if (e == 0)
+    if (e == 0) {
         snprintf(buf, len, "unknown error");
-    else
+    } else {
+        kh_tls_err_strings(); /* not loaded at start-up (kh_tls_module.h) */
         ERR_error_string_n(e, buf, len);
+    }
     ERR_clear_error();
     return buf;
 }

@@ -2,7 +2,10 @@
  * Why a module: mapping libssl and libcrypto costs about 5 ms of page faults at every exec on a
  * small VM (an empty program linked with -lssl -lcrypto starts in 8.2 ms, 3.0 ms without), so the
  * TLS transport (KH_TLS_MODULE_SOURCES in CMakeLists.txt: every core file that includes OpenSSL)
- * is built as a module that only a server with a TLS listener loads.
+ * is built as a module that only a server with a TLS listener loads. OpenSSL is linked into the
+ * module (KH_STATIC_OPENSSL, its symbols hidden), so that loading it resolves no OpenSSL symbol:
+ * with libssl.so and libcrypto.so the dlopen took 4.3 M instructions, mostly symbol lookups for
+ * libcrypto's relocations; now 0.4 M (bench/startup.sh).
  * Owns:  nothing; it only describes the table.
  * In/Out: the module exports one function, KH_TLS_MODULE_ENTRY, returning a table of kh_tls.h's
  *        functions; kh_tls_load.c in the binary dlopens the module and calls through that table.
@@ -54,5 +57,14 @@ typedef struct kh_tls_module_vt {
 } kh_tls_module_vt;
 
 typedef const kh_tls_module_vt *(*kh_tls_module_entry_fn)(void);
+
+/* Inside the module only (kh_tls.c, kh_tls_client.c): loads OpenSSL's error strings, once, before
+ * an error is formatted. kh_tls_module_get initialises OpenSSL without them: OpenSSL 3.0 loads
+ * every library's strings with the first error state a thread makes (in the first fetch of any
+ * algorithm, so at every start-up with a TLS listener), which cost ~1.0 M instructions and ~20
+ * page faults on the way to the first answer (bench/startup.sh), for text that only an error
+ * needs. Loaded late, the legacy per-library loaders cover every library but the 3.0 ones
+ * (PROV, DECODER, ...), whose reasons print as numbers ("reason(100)"). Thread-safe. */
+void kh_tls_err_strings(void);
 
 #endif

@@ -394,8 +394,9 @@ static void dev_refresh_cb(uv_async_t *a)
  * main thread runs worker 0. No worker's stall may keep it from starting, so main creates it
  * before worker 0 loads the app (in parallel with that load where there are cores to spare),
  * with a small stack; it waits for main's go (supervisor_go: the workers are ready and main's
- * loop is set up), then installs the SIGTERM/SIGINT handlers and runs. Until then those signals
- * have their default action (the process ends at once). Earlier versions started it from worker
+ * loop is set up, the stop signals' handlers installed) and runs that loop. Before the handlers
+ * are installed (just before the 'listening' lines) a stop signal has its default action (the
+ * process ends at once); after, it waits in libuv's signal pipe until the loop runs. Earlier versions started it from worker
  * 0's loop 50 ms after it began to serve, to keep a thread start off the way to the first
  * answer; but a first request that stalled worker 0 then left the process without a watchdog,
  * and with SIGTERM and SIGINT ignored. It runs until main has joined every worker's thread
@@ -415,10 +416,6 @@ static void supervisor_main(void *arg)
     uv_sem_wait(&supervisor_go);
     if (supervisor_abort)
         return;
-    uv_signal_start(&sigterm, on_signal, SIGTERM);
-    uv_signal_start(&sigint, on_signal, SIGINT);
-    uv_signal_start(&sighup, on_sighup, SIGHUP);
-    uv_unref((uv_handle_t *)&sighup);
     if (cfg.dev) {
         dev_watch = kh_watch_new(uv_default_loop(), 50, dev_changed, NULL);
         dev_watch_update();
@@ -833,6 +830,18 @@ int main(int argc, char **argv)
         kh_tls_ctx_free(cfg.tls);
         return 1;
     }
+    /* The stop signals are heard from before the first 'listening' line: a supervisor (or a
+     * spec) that stops the server as soon as it reads that line gets the graceful stop, not the
+     * default action (exit 143). The handlers are installed here; the supervisor thread runs
+     * main's loop, which delivers them, from the go below. */
+    uv_loop_t *loop = uv_default_loop();
+    uv_signal_init(loop, &sigterm);
+    uv_signal_init(loop, &sigint);
+    uv_signal_init(loop, &sighup);
+    uv_signal_start(&sigterm, on_signal, SIGTERM);
+    uv_signal_start(&sigint, on_signal, SIGINT);
+    uv_signal_start(&sighup, on_sighup, SIGHUP);
+    uv_unref((uv_handle_t *)&sighup);
     for (int i = 0; i < nlisten; i++) {
         const char *kind = listens[i].tls ? "tls" : "tcp";
         for (int quic = 0; quic < 2; quic++) {
@@ -849,10 +858,6 @@ int main(int argc, char **argv)
     KH_LOG_INFO("khamsin %s: %d worker%s serving %s%s", KH_VERSION, cfg.workers,
                 cfg.workers == 1 ? "" : "s", cfg.script, cfg.dev ? " (dev)" : "");
 
-    uv_loop_t *loop = uv_default_loop();
-    uv_signal_init(loop, &sigterm); /* started by the supervisor thread */
-    uv_signal_init(loop, &sigint);
-    uv_signal_init(loop, &sighup);
     uv_async_init(loop, &supervisor_quit, supervisor_quit_cb);
     uv_async_init(loop, &dev_refresh, dev_refresh_cb);
     uv_unref((uv_handle_t *)&dev_refresh);

@@ -21,6 +21,9 @@ k.post("/echo", function(req, res)
 end)
 k.post("/json", function(req) local t = req:json(); return { got = t.a } end)
 k.get("/big", function(req) return string.rep("0123456789", tonumber(req.args.n or 100000) / 10) end)
+k.get("/grow", function(req, res) -- writes in one slice: kh_h2's small body block, then its growth
+    res:write(("a"):rep(10)); res:write(("b"):rep(400)); res:write(("c"):rep(100000)); res:write("dd")
+end)
 k.get("/fail", function() error("boom") end)
 k.get("/teapot", function() k.fail(418, "short and stout") end)
 k.put("/only-put", function() return "put" end)
@@ -78,6 +81,12 @@ describe("HTTP/2", function()
             assert.are.equal("khamsin", r.headers.server)
             assert.is_true(server.is_http_date(r.headers.date))
             assert.truthy(r.headers["content-type"]:match("^text/plain"))
+        end)
+
+        it("sends a body written small then large in one slice, byte for byte", function()
+            local r = req { path = "/grow" }
+            assert.are.equal(200, r.status)
+            assert.are.equal(("a"):rep(10) .. ("b"):rep(400) .. ("c"):rep(100000) .. "dd", r.body)
         end)
 
         it("passes params, query, method, path, host and a rejoined cookie", function()

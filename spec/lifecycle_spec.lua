@@ -137,6 +137,21 @@ describe("graceful stop", function()
         assert(ok, err)
     end)
 
+    it("hears SIGTERM from its first 'listening' line on (a stop at once is graceful, exit 0)", function()
+        -- The handlers used to be installed by the supervisor thread after the go, so a stop sent
+        -- as soon as the line was read could meet the default action (exit 143) on a busy box.
+        for _ = 1, 5 do
+            local srv = server.start { app = APP, args = { "--workers", "2" } }
+            local ok, err = pcall(function()
+                srv:signal("TERM")
+                assert.are.equal(0, srv:wait_exit(5))
+                assert.truthy(srv:log():find("SIGTERM: stopping", 1, true))
+            end)
+            srv:stop()
+            assert(ok, err)
+        end
+    end)
+
     it("gives up on a stuck request after --grace and still exits", function()
         local srv = server.start { app = APP, args = { "--grace", "1" } }
         local ok, err = pcall(function()

@@ -532,6 +532,10 @@ printf 'subjectAltName=DNS:b.test,DNS:*.b.test\n' > b.ext
 openssl x509 -req -in b.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out b.leaf -days 2 -extfile b.ext 2>/dev/null
 cat b.leaf ca.crt > b.crt
 printf 'not a certificate\n' > junk.pem
+openssl ec -in a.key -out a.sec1 2>/dev/null
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-384 -nodes -keyout c.key -out c.crt \
+  -days 2 -subj /CN=c.test 2>/dev/null
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out d.key 2>/dev/null
 ]]
             local out, rc = run("sh -c " .. sh_quote((script:gsub("DIR", dir))))
             assert(rc == 0, out)
@@ -543,6 +547,11 @@ printf 'not a certificate\n' > junk.pem
         local function subject(srv, sni)
             local out = s_client(srv, sni and ("-servername " .. sni) or "-noservername")
             return out:match("subject=CN ?= ?([%w%.%-]+)"), out
+        end
+
+        local function start_fails(args)
+            local out, rc = run(sh_quote(server.bin()) .. " --listen 127.0.0.1:0 " .. args .. " /dev/null")
+            return rc, out
         end
 
         it("picks the certificate by SNI, the first pair by default, and sends the chain", function()
@@ -576,6 +585,36 @@ printf 'not a certificate\n' > junk.pem
             assert(ok, err)
         end)
 
+        -- kh_tls.c reads EC keys through the ASN.1 templates (ec_key_read), not a decoder: both
+        -- PEM forms, another curve, and a key of another type (RSA, b) on the decoder path
+        it("reads EC keys as PKCS#8 and as SEC1 (EC PRIVATE KEY), P-256 and P-384, and RSA keys", function()
+            local f = assert(io.open(dir .. "/a.sec1"))
+            assert.truthy(f:read("*a"):find("BEGIN EC PRIVATE KEY", 1, true))
+            f:close()
+            for _, pair in ipairs { { "a.crt", "a.sec1", "a.test" }, { "c.crt", "c.key", "c.test" },
+                                    { "b.crt", "b.key", "b.test" } } do
+                local srv = server.start { app = APP, listen = { "tls://127.0.0.1:0" }, args = {
+                    "--tls-cert", dir .. "/" .. pair[1], "--tls-key", dir .. "/" .. pair[2] } }
+                local ok, err = pcall(function()
+                    local s, out = subject(srv, nil)
+                    assert.are.equal(pair[3], s, out)
+                    local r = srv:request { proto = "h1+tls" }
+                    assert.are.equal("hello over tls", r.body, r.err)
+                end)
+                srv:stop()
+                assert(ok, err)
+            end
+        end)
+
+        it("refuses at start an EC key that is not the certificate's, naming the key file", function()
+            for _, key in ipairs { "d.key", "c.key" } do -- P-256 but another key; another curve
+                local rc, out = start_fails("--tls-cert " .. dir .. "/a.crt --tls-key " .. dir .. "/" .. key)
+                assert.are_not.equal(0, rc)
+                assert.truthy(out:find(dir .. "/" .. key, 1, true), out)
+                assert.truthy(out:find("mismatch", 1, true), out) -- OpenSSL's words, loaded on error
+            end
+        end)
+
         it("serves cleartext and TLS listeners side by side", function()
             local srv = server.start { app = APP, listen = { "127.0.0.1:0", "tcp://127.0.0.1:0" },
                 args = { "--tls-cert", dir .. "/a.crt", "--tls-key", dir .. "/a.key" } }
@@ -595,11 +634,6 @@ printf 'not a certificate\n' > junk.pem
             assert(ok, err)
         end)
 
-        local function start_fails(args)
-            local out, rc = run(sh_quote(server.bin()) .. " --listen 127.0.0.1:0 " .. args .. " /dev/null")
-            return rc, out
-        end
-
         it("exits non-zero with a message naming a missing certificate file", function()
             local rc, out = start_fails("--tls-cert " .. dir .. "/missing.crt --tls-key " .. dir .. "/a.key")
             assert.are_not.equal(0, rc)
@@ -611,6 +645,9 @@ printf 'not a certificate\n' > junk.pem
             local rc, out = start_fails("--tls-cert " .. dir .. "/junk.pem --tls-key " .. dir .. "/a.key")
             assert.are_not.equal(0, rc)
             assert.truthy(out:find(dir .. "/junk.pem", 1, true), out)
+            -- OpenSSL's error strings are loaded when an error is formatted, not at start-up
+            -- (kh_tls_err_strings): the reason is words, not a number
+            assert.truthy(out:find("PEM routines::no start line", 1, true), out)
             rc, out = start_fails("--tls-cert " .. dir .. "/a.crt --tls-key " .. dir .. "/b.key")
             assert.are_not.equal(0, rc)
             assert.truthy(out:find(dir .. "/b.key", 1, true) and out:find("does not match", 1, true), out)

@@ -63,9 +63,13 @@ EOF
 #   done
 #   bench_summary ROWS.jsonl --metric req_per_cpu --group conns --label "hello"   # table + ratio
 # Knobs: BENCH_ROUNDS (kept rounds wanted, default 5), BENCH_MAX_REDO (extra rounds allowed,
-# default = the rounds wanted), BENCH_MAX_LOAD (default cores + 1), BENCH_MAX_STEAL (0.05),
-# BENCH_SUMMARY (all.sh: the markdown file the summary rows go to).
+# default = the rounds wanted), BENCH_MAX_FOREIGN (0.10: CPU share of the box used by processes
+# outside the bench's own tree), BENCH_MAX_STEAL (0.05), BENCH_MAX_LOAD (unset: no load-average
+# check), BENCH_SUMMARY (all.sh: the markdown file the summary rows go to).
+# BENCH_ROOT_PID: the root of the bench's own process tree (all.sh, or the first script that
+# sources this file); its servers and clients are not counted as disturbance.
 METHOD=bench/lib/method.py
+export BENCH_ROOT_PID=${BENCH_ROOT_PID:-$$}
 bench_rounds_init() { # tmpdir
   BENCH_TMP=$1
   BENCH_WANT=${ROUNDS:-${BENCH_ROUNDS:-5}}
@@ -96,5 +100,62 @@ bench_summary() { # rows.jsonl summary-args...
 }
 bench_method_line() { # the header line every result file carries
   echo "cpu:      $($PY $METHOD cpu-model)"
-  echo "method:   rounds wanted ${BENCH_WANT:-${ROUNDS:-5}} (servers alternate within each round), a round is discarded and redone (<= ${BENCH_MAX_REDO:-same} extra) if load average > ${BENCH_MAX_LOAD:-$(($(nproc) + 1))} or steal > ${BENCH_MAX_STEAL:-0.05}; medians [min..max], ratio = per-round paired ratios + bootstrap CI95; loadavg now $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "method:   rounds wanted ${BENCH_WANT:-${ROUNDS:-5}} (servers alternate within each round), a round is discarded and redone (<= ${BENCH_MAX_REDO:-same} extra) if $($PY $METHOD rule); medians [min..max], ratio = per-round paired ratios + bootstrap CI95; loadavg now $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# ------------------------------------------------------------ shared set-up ---
+# bench_build_release [TARGET...]: brings build-release/ up to date (a no-op when it is: no figure
+# from a stale build). Skipped when BENCH_BUILT=1: bench/all.sh builds once for every script (a
+# no-op cmake run still costs seconds per script on a loaded box). Output to $BENCH_BUILD_LOG
+# (default /dev/null); returns cmake's status.
+bench_build_release() {
+  [[ ${BENCH_BUILT:-0} == 1 && -x build-release/khamsin ]] && return 0
+  local log=${BENCH_BUILD_LOG:-/dev/null} t=()
+  (($#)) && t=(--target "$@")
+  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >"$log" 2>&1 &&
+    cmake --build build-release -j"$(nproc)" "${t[@]}" >>"$log" 2>&1
+}
+
+# bench_stop_pids PID...: TERM each, wait up to 3 s for all to go, KILL what is left, reap.
+bench_stop_pids() {
+  local p i alive
+  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+  for ((i = 0; i < 60; i++)); do
+    alive=0
+    for p in "$@"; do [[ -e /proc/$p && $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) != Z ]] && alive=1; done
+    ((alive)) || break
+    sleep 0.05
+  done
+  for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+}
+
+# bench_pids_trap: the EXIT trap of the scripts that keep their servers in PIDS and temp files in
+# TMP (reload.sh, wait.sh, lib/upstream.sh).
+bench_pids_trap() {
+  PIDS=()
+  trap '((${#PIDS[@]})) && bench_stop_pids "${PIDS[@]}"; rm -rf "$TMP"' EXIT
+}
+
+# bench_knobs: the knobs most scripts share, from the environment (defaults in brackets):
+# ROUNDS (BENCH_ROUNDS or 5) SERVER_CORE (1) WRK_CORE (0) KHAMSIN_BIN (KHAMSIN_BIN_DEFAULT =
+# build-release/khamsin) NGX_MODDIR (/usr/lib/nginx/modules) KEEP_TMP (0). Needs ROOT.
+bench_knobs() {
+  ROUNDS=${ROUNDS:-${BENCH_ROUNDS:-5}}
+  SERVER_CORE=${SERVER_CORE:-1}
+  WRK_CORE=${WRK_CORE:-0}
+  KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
+  KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
+  NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
+  KEEP_TMP=${KEEP_TMP:-0}
+}
+
+# bench_paths NAME: STAMP, RESULT=bench/results/NAME-STAMP.txt, PARTIAL (bench/results/tmp/, for
+# the scripts that write there first and rename it to RESULT once the run succeeded), TMP (a new
+# temp dir /tmp/khNAME.*).
+bench_paths() {
+  STAMP=$(date +%Y%m%d-%H%M%S)
+  mkdir -p bench/results/tmp
+  RESULT=bench/results/$1-$STAMP.txt
+  PARTIAL=bench/results/tmp/$1-$STAMP.txt
+  TMP=$(mktemp -d "/tmp/kh$1.XXXXXX")
 }

@@ -6,10 +6,17 @@ bench/README.md "Method". In short:
   - servers alternate within each round (A B A B ...), >= 5 rounds (BENCH_ROUNDS or the
     script's ROUNDS);
   - a round is DISCARDED (and the script says so, and redoes it, up to BENCH_MAX_REDO extra
-    rounds) when the box was disturbed while it ran: the 1-minute load average at its start or
-    end above BENCH_MAX_LOAD (default: cores + 1, i.e. more than the bench's own server and
-    client plus one foreign runnable task), or hypervisor steal above BENCH_MAX_STEAL (default
-    0.05 = 5% of the box's CPU time over the round, from /proc/stat);
+    rounds) when the box was disturbed while it ran: CPU time used by *other* processes above
+    BENCH_MAX_FOREIGN (default 0.10 = 10% of the box's CPU time over the round), or hypervisor
+    steal above BENCH_MAX_STEAL (default 0.05, from /proc/stat). "Other" = every user process
+    that is not the bench itself (the process tree under BENCH_ROOT_PID: bench/all.sh, or the
+    script; common.sh exports it): the bench's own servers and clients are never disturbance,
+    however many there are (the 1-minute load average counted them: 4 s_time clients alone
+    raised it above cores + 1). Per process, utime+stime+cutime+cstime (/proc/<pid>/stat), so a
+    foreign `make` is charged for the compilers it reaped during the round; a process started
+    during the round counts whole; kernel threads (softirq work for our own loopback traffic)
+    are shown but not counted. The load average is printed for information; BENCH_MAX_LOAD
+    (unset by default) adds the old check on the load average at the round's start;
   - each figure is the median over the kept rounds with its spread (min..max, and the IQR from
     4 rounds on); the ratio to the anchor (nginx + lua) is computed per round (paired: the two
     servers ran back to back in the same round) and reported as the median of those per-round
@@ -23,6 +30,7 @@ Subcommands:
   summary ROWS --metric K ...       table of medians, spreads and ratios from a JSONL of rows
                                     {"round": r, "server": s, <group field>: g, K: value}
   cpu-model                         the CPU model line for result files
+  rule                              the discard rule in words, with the thresholds in force
   pidcpu PID...                     utime+stime seconds of the processes (and their threads)
 """
 import argparse
@@ -41,8 +49,13 @@ def ncpu():
 
 
 def max_load():
+    """None unless BENCH_MAX_LOAD is set: the load average counts the bench's own clients."""
     v = os.environ.get("BENCH_MAX_LOAD")
-    return float(v) if v else ncpu() + 1.0
+    return float(v) if v else None
+
+
+def max_foreign():
+    return float(os.environ.get("BENCH_MAX_FOREIGN", "0.10"))
 
 
 def max_steal():
@@ -83,10 +96,101 @@ def pid_cpu_seconds(pid):
 
 # ------------------------------------------------------------- rounds ----
 
+PF_KTHREAD = 0x00200000
+
+
+def procs():
+    """{pid: (ppid, starttime, cpu ticks incl. reaped children, is kernel thread, comm)}"""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        i = data.rindex(b")")
+        fl = data[i + 2:].split()
+        comm = data[data.index(b"(") + 1:i].decode(errors="replace")
+        out[int(d)] = (int(fl[1]), int(fl[19]), sum(int(x) for x in fl[11:15]),
+                       bool(int(fl[6]) & PF_KTHREAD), comm)
+    return out
+
+
+def own_tree(ps, root):
+    kids = {}
+    for pid, v in ps.items():
+        kids.setdefault(v[0], []).append(pid)
+    seen, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo.extend(kids.get(p, ()))
+    return seen
+
+
+def bench_root():
+    v = os.environ.get("BENCH_ROOT_PID")
+    return int(v) if v and v.isdigit() else os.getppid()
+
+
+def foreign_procs(ps, root, own_before=()):
+    """{"pid:start": [ticks, comm, ppid]} of user processes outside the bench's tree (processes of
+    the tree at the round's start, own_before, stay ours when orphaned), and the kernel threads'
+    ticks. ticks = utime+stime+cutime+cstime, except for init (pid 1): it reaps orphans, the bench's
+    own among them (an nginx worker whose master was killed first)."""
+    own = own_tree(ps, root)
+    user, kern = {}, 0
+    for pid, (ppid, start, ticks, kthread, comm) in ps.items():
+        key = f"{pid}:{start}"
+        if pid in own or key in own_before:
+            continue
+        if kthread:
+            kern += ticks
+            continue
+        if pid == 1:
+            ticks = pid_cpu_seconds(1) * CLK_TCK
+        user[key] = [ticks, comm, ppid]
+    return user, kern, own
+
+
 def cmd_snap(a):
     tot, st = stat_all()
+    root = bench_root()
+    ps = procs()
+    user, kern, own = foreign_procs(ps, root)
+    own_keys = [f"{p}:{ps[p][1]}" for p in own if p in ps]
     with open(a.file, "w") as f:
-        json.dump(dict(t=time.time(), load=loadavg1(), total=tot, steal=st), f)
+        json.dump(dict(t=time.time(), load=loadavg1(), total=tot, steal=st, root=root, foreign=user,
+                       own=own_keys, kthreads=kern), f)
+
+
+def foreign_delta(before, now):
+    """CPU ticks used by foreign processes between two foreign_procs() maps, by command name.
+    A process's ticks include its reaped children's (cutime), so the total is the change of the
+    sum, except for a process gone since the start whose ticks went to an ancestor that is not
+    alive any more, or to init (not counted): those are not subtracted."""
+    alive_pid = {int(k.split(":")[0]): k for k in now}
+    per = {}
+    for k, (t, comm, _) in now.items():
+        d = t - before.get(k, (0,))[0]
+        per[comm] = per.get(comm, 0) + d
+    for k, (t, comm, ppid) in before.items():
+        if k in now:
+            continue
+        anc, hops = ppid, 0
+        while anc not in (0, 1) and hops < 64:   # the nearest ancestor still alive reaped it
+            ka = alive_pid.get(anc)
+            if ka is not None:
+                per[now[ka][1]] = per.get(now[ka][1], 0) - t
+                break
+            pk = next((x for x in before if x.startswith(f"{anc}:")), None)
+            if pk is None:
+                break
+            anc, hops = before[pk][2], hops + 1
+    return per
 
 
 def cmd_verdict(a):
@@ -94,22 +198,40 @@ def cmd_verdict(a):
         s0 = json.load(f)
     tot, st = stat_all()
     load_end = loadavg1()
+    secs = max(0.001, time.time() - s0["t"])
     steal = (st - s0["steal"]) / max(1, tot - s0["total"])
-    load = max(s0["load"], load_end)
+    user, kern, _ = foreign_procs(procs(), s0.get("root", bench_root()), set(s0.get("own", ())))
+    per = foreign_delta(s0.get("foreign", {}), user)
+    box = CLK_TCK * secs * ncpu()
+    foreign = max(0.0, sum(per.values())) / box
+    kthreads = max(0, kern - s0.get("kthreads", 0)) / box
+    top = ", ".join(f"{c} {100 * t / box:.1f}%" for c, t in sorted(per.items(), key=lambda x: -x[1])[:3] if t > 0)
     why = []
-    if load > max_load():
-        why.append(f"load average {load:.2f} > {max_load():.2f}")
+    if foreign > max_foreign():
+        why.append(f"other processes used {100 * foreign:.1f}% of the box > {100 * max_foreign():.0f}% ({top})")
     if steal > max_steal():
         why.append(f"steal {100 * steal:.1f}% > {100 * max_steal():.1f}%")
+    if max_load() is not None and s0["load"] > max_load():
+        why.append(f"load average at start {s0['load']:.2f} > {max_load():.2f}")
     rec = dict(round=a.round, load_start=s0["load"], load_end=load_end, steal=round(steal, 4),
-               secs=round(time.time() - s0["t"], 1), discarded=bool(why), why="; ".join(why))
+               foreign=round(foreign, 4), foreign_top=top, kthreads=round(kthreads, 4),
+               secs=round(secs, 1), discarded=bool(why), why="; ".join(why))
     if a.log:
         with open(a.log, "a") as f:
             f.write(json.dumps(rec) + "\n")
     if why:
-        print(f"  round {a.round} DISCARDED: disturbed ({rec['why']}; BENCH_MAX_LOAD / BENCH_MAX_STEAL set the thresholds)", flush=True)
+        print(f"  round {a.round} DISCARDED ({rec['secs']:.0f} s): disturbed ({rec['why']}; BENCH_MAX_FOREIGN / BENCH_MAX_STEAL set the thresholds)", flush=True)
         sys.exit(3)
-    print(f"  round {a.round} kept (load {s0['load']:.2f} -> {load_end:.2f}, steal {100 * steal:.1f}%)", flush=True)
+    print(f"  round {a.round} kept ({rec['secs']:.0f} s; other processes {100 * foreign:.1f}% of the box"
+          f"{' (' + top + ')' if top else ''}, kernel threads {100 * kthreads:.1f}%, steal {100 * steal:.1f}%;"
+          f" load {s0['load']:.2f} -> {load_end:.2f})", flush=True)
+
+
+def method_rule():
+    r = f"other processes (not the bench's own tree) used > {100 * max_foreign():.0f}% of the box's CPU or steal > {max_steal()}"
+    if max_load() is not None:
+        r += f" or load average at the round's start > {max_load()}"
+    return r
 
 
 # ------------------------------------------------------------ summary ----
@@ -256,7 +378,7 @@ class Rounds:
 
     def line(self):
         return (f"method:   rounds wanted {self.want} (servers alternate within each round), a round is discarded "
-                f"and redone (<= {self.max_redo} extra) if load average > {max_load():.0f} or steal > {max_steal()}; "
+                f"and redone (<= {self.max_redo} extra) if {method_rule()}; "
                 f"medians [min..max], ratio = per-round paired ratios + bootstrap CI95; "
                 f"loadavg now {open('/proc/loadavg').read().split()[0]}")
 
@@ -294,6 +416,7 @@ def main():
     p.add_argument("--summary", help="append markdown rows here (default $BENCH_SUMMARY)")
     p.set_defaults(f=cmd_summary)
     p = sp.add_parser("cpu-model"); p.set_defaults(f=lambda a: print(cpu_model()))
+    p = sp.add_parser("rule"); p.set_defaults(f=lambda a: print(method_rule()))
     p = sp.add_parser("pidcpu"); p.add_argument("pids", type=int, nargs="+")
     p.set_defaults(f=lambda a: print(f"{sum(pid_cpu_seconds(x) for x in a.pids):.3f}"))
     a = ap.parse_args()

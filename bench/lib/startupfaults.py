@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/startup.sh's PARTS=faults: where the page faults from exec to the first request go.
 
-  startupfaults.py --bin KHAMSIN --port P --app bench/apps/first_answer.lua [--runs 5] -- ARGS...
+  startupfaults.py --bin KHAMSIN --port P --app bench/apps/first_answer.lua [--runs 5] [--tls] -- ARGS...
 
 Load-independent (a count, not a time): on the VMs measured a page fault costs 10-35 us, more
 than anything else the start-up does, so this is the breakdown of what the wall clock spends
@@ -17,6 +17,7 @@ import collections
 import os
 import re
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -34,10 +35,17 @@ PHASES = [  # (name, the mark that ends it)
 ]
 
 
-def poke(port, deadline):
+def poke(port, deadline, tls):
+    ctx = None
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
     while time.monotonic() < deadline:
         try:
             s = socket.create_connection(("127.0.0.1", port), timeout=1)
+            if ctx is not None:
+                s = ctx.wrap_socket(s, server_hostname="localhost")
             s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             s.settimeout(2)
             try:
@@ -46,7 +54,7 @@ def poke(port, deadline):
                 pass
             s.close()
             return
-        except OSError:
+        except OSError:  # ssl.SSLError is one
             time.sleep(0.002)
 
 
@@ -56,7 +64,7 @@ def one_run(a, data):
         cmd += ["-e", "syscalls:sys_enter_" + m]
     cmd += [a.bin] + a.args + [a.app]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    poke(a.port, time.monotonic() + 20)
+    poke(a.port, time.monotonic() + 20, a.tls)
     p.wait(20)
     out = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,event,addr,dso"],
                          capture_output=True, text=True).stdout
@@ -93,6 +101,7 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--app", required=True)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--tls", action="store_true", help="poke over TLS (a TLS listener)")
     ap.add_argument("args", nargs="*")
     a = ap.parse_args()
     floor = []

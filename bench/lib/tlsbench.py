@@ -42,18 +42,7 @@ def die(msg, code=1):
 import benchlib  # noqa: E402
 
 # /proc walking is shared with http1.sh's helper (same directory, so importable as a module).
-from benchlib import _stat_fields, tree  # noqa: E402
-
-
-def cpu_ticks(root):
-    snap = {}
-    for pid in tree(root):
-        try:
-            f = _stat_fields(pid)
-        except OSError:
-            continue
-        snap[(pid, int(f[19]))] = int(f[11]) + int(f[12])
-    return snap
+from benchlib import cpu_snapshot as cpu_ticks  # noqa: E402  {(pid, starttime): ticks} over the tree
 
 
 def cpu_delta(before, after):

@@ -1,25 +1,19 @@
 # bench/lib/upstream.sh: what the benches of outbound calls share (bench/proxy.sh, bench/redis.sh):
 # servers that call an upstream per request, measured per second of their own CPU over wrk
 # windows, rounds alternating the servers. Sourced after the script set its defaults
-# (DURATION ROUNDS CONNS SERVER_CORE WRK_CORE KHAMSIN_BIN KHAMSIN_BIN_DEFAULT NAME); needs
+# (DURATION CONNS NAME; ROUNDS SERVER_CORE WRK_CORE KHAMSIN_BIN: common.sh's bench_knobs); needs
 # bench/lib/waitbench.py (ready, window). Never compare figures across scripts.
 
 PY=${PY:-/usr/bin/python3}
 . bench/lib/common.sh
 LIB=${LIB:-bench/lib/waitbench.py}
-STAMP=$(date +%Y%m%d-%H%M%S)
-OUT=bench/results/$NAME-$STAMP.txt
-TMP=$(mktemp -d "/tmp/kh$NAME.XXXXXX")
-PIDS=()
-up_cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.3;
-               for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap up_cleanup EXIT
+bench_knobs
+bench_paths "$NAME"
+OUT=$RESULT
+bench_pids_trap
 
 # Builds the release binary when the script runs the default one (or the given one is missing).
-if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-release -j"$(nproc)" --target khamsin >/dev/null
-fi
+if [[ $KHAMSIN_BIN == "$KHAMSIN_BIN_DEFAULT" || ! -x $KHAMSIN_BIN ]]; then bench_build_release khamsin; fi
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 # up_header: the result file's first lines (the command, the load, the machine, the binary);

@@ -55,11 +55,14 @@ k.get("/refuse_result", function()
     return e
 end)
 k.get("/slow", function() return k.blocking("poolmod.sleep_ms", 100) end)
-k.get("/full", function()
-    local ok, e = pcall(k.blocking, "poolmod.sleep_ms", 600, "ran")
+local entered = 0 -- /hold calls made (k.blocking submits within the call, before it yields)
+k.get("/hold", function(req)
+    entered = entered + 1
+    local ok, e = pcall(k.blocking, "poolmod.hold", req.query, "ran")
     if ok then return "ran" end
     return 200, (k.is_busy(e) and "busy" or tostring(e))
 end)
+k.get("/entered", function() return tostring(entered) end)
 k.get("/in_timer", function()
     local res
     k.timer(0, function() res = k.blocking(function() return "from a timer" end) end)
@@ -149,26 +152,44 @@ describe("a full pool queue", function()
     teardown(function() if srv then srv:stop() end end)
 
     it("fails at once: k.is_busy in the handler, 503 + Retry-After when uncaught", function()
-        -- 1 running + 2 queued; the 4th call is refused at once
+        -- 1 running + 2 queued, each held until the spec releases it; the 4th call is refused
+        -- while they are held: a loop that waited for room would never answer it (no timing)
+        local dir = srv.dir .. "/hold"
+        assert(os.execute("mkdir -p " .. dir))
+        local function started()
+            local n = 0
+            for _ in (server.read_file(dir .. "/started") or ""):gmatch("\n") do n = n + 1 end
+            return n
+        end
         local conns = {}
         for i = 1, 3 do
             conns[i] = assert(srv:raw_conn())
-            conns[i]:send("GET /full HTTP/1.1\r\nHost: x\r\n\r\n")
-            if i == 1 then server.sleep(0.1) end -- the pool thread takes it: the queue is empty
+            conns[i]:send("GET /hold?" .. dir .. " HTTP/1.1\r\nHost: x\r\n\r\n")
+            if i == 1 then -- the pool thread takes it: the queue is empty
+                assert.truthy(server.wait_until(20, function() return started() == 1 end, 0.02))
+            end
         end
-        server.sleep(0.15)
-        local t0 = server.now()
-        local r = assert(srv:raw_request { path = "/full" })
-        assert.are.equal("busy", r.body)
-        r = assert(srv:raw_request { path = "/slow" })
-        assert.are.equal(503, r.status)
-        assert.are.equal("1", r.headers["retry-after"])
-        assert.is_true(server.now() - t0 < 0.25, "the refusal waited")
+        assert.truthy(server.wait_until(20, function()
+            return srv:raw_request { path = "/entered" }.body == "3"
+        end, 0.02), "the 3 calls did not reach k.blocking")
+        local ok, err = pcall(function()
+            local r = assert(srv:raw_request { path = "/hold?" .. dir, timeout = 20 })
+            assert.are.equal("busy", r.body)
+            r = assert(srv:raw_request { path = "/slow", timeout = 20 })
+            assert.are.equal(503, r.status)
+            assert.are.equal("1", r.headers["retry-after"])
+            assert.are.equal(1, started(), "a held job ended or a queued one ran")
+            -- the loop is free with every pool thread held and the queue full
+            assert.are.equal("ok", assert(srv:raw_request { path = "/health", timeout = 20 }).body)
+        end)
+        server.write_file(dir .. "/release", "")
+        assert(ok, err)
         for i = 1, 3 do
-            local resp = assert(conns[i]:read_response { timeout = 3 })
+            local resp = assert(conns[i]:read_response { timeout = 20 })
             assert.are.equal("ran", resp.body)
             conns[i]:close()
         end
+        assert.are.equal(3, started())
     end)
 end)
 
@@ -180,8 +201,13 @@ describe("the loop stays free", function()
     end)
     teardown(function() if srv then srv:stop() end end)
 
-    -- 2 threads x 10 jobs/s; a queue of 16 so the clients' last requests drain within a second
-    it("500 clients on a 100 ms pool handler: only 503s, and /health p99 < 20 ms", function()
+    -- 2 threads x 10 jobs/s; a queue of 16 so the clients' last requests drain within a second.
+    -- The loop is free when a /health probe does not wait for a pool job: its median stays
+    -- under half a job (100 ms). Not the tail, nor a tighter bound: with the box under load
+    -- (2 cores, load 10-30) the python prober's own scheduling gave p90 20-43 ms and p99
+    -- 65-347 ms, the median 0.4-13 ms. The exact check, without timing, is in "a full pool
+    -- queue" above: /health answers while every pool job is held.
+    it("500 clients on a 100 ms pool handler: only 503s, and /health p50 < 50 ms", function()
         local cmd = string.format("/usr/bin/python3 %s/spec/helpers/load.py 127.0.0.1 %d /slow 500 3 /health 10",
             server.root, srv.port)
         local p = assert(io.popen(cmd))
@@ -193,10 +219,12 @@ describe("the loop stays free", function()
         for status in pairs(stats.status) do
             assert.truthy(status == "200" or status == "503", "status " .. status)
         end
-        assert.is_true((stats.status["200"] or 0) >= 30, "too few 200s: " .. out)
+        -- the pool ran jobs while refusing: at least its threads + queue (10) before the first
+        -- 503 (a starved load generator at load 20 sent 500-600 requests in all, 28-62 ran)
+        assert.is_true((stats.status["200"] or 0) >= 10, "too few 200s: " .. out)
         assert.are.equal(0, stats.probe.errors, out)
-        assert.is_true(stats.probe.n >= 100, out)
-        assert.is_true(stats.probe.p99_ms < 20, "health p99 " .. stats.probe.p99_ms .. " ms")
+        assert.is_true(stats.probe.n >= 50, out) -- 300 at most (every 10 ms); 100-250 under load
+        assert.is_true(stats.probe.p50_ms < 50, "health p50 " .. stats.probe.p50_ms .. " ms: " .. out)
     end)
 end)
 

@@ -27,8 +27,21 @@ local raise = errors.raise
 local type, tonumber, tostring, find, sub, lower, format, floor, concat =
     type, tonumber, tostring, string.find, string.sub, string.lower, string.format, math.floor,
     table.concat
-local fs_stat, fs_realpath, fs_read = core.fs_stat, core.fs_realpath, core.fs_read
-local fs_open, fs_pread, fs_close = core.fs_open, core.fs_pread, core.fs_close
+local fs_close = core.fs_close
+-- A file wait that the request's end cut short (the client left, a graceful stop's grace ended)
+-- resumes with "aborted", why (kh__lua_on_abort), not false, message: raise errors.aborted, as
+-- every other wait does, so the handler ends there and no "closed" is taken for a handle or for
+-- bytes read.
+local function fs_wait(st, ...)
+    if st == "aborted" then error(errors.aborted((...)), 0) end
+    return st, ...
+end
+local c_stat, c_realpath, c_read, c_open, c_pread = core.fs_stat, core.fs_realpath, core.fs_read,
+    core.fs_open, core.fs_pread
+local function fs_stat(path) return fs_wait(c_stat(path)) end
+local function fs_realpath(path) return fs_wait(c_realpath(path)) end
+local function fs_read(path, off, len) return fs_wait(c_read(path, off, len)) end
+local function fs_open(path) return fs_wait(c_open(path)) end
 local fs_sendfile = core.fs_sendfile
 local respond, write, now_s = core.respond, core.stream_write, core.now
 local next, ipairs, rawset, error = next, ipairs, rawset, error
@@ -208,7 +221,11 @@ local function stream_file(req, res, status, headers, file, first, n)
     while off < last do
         local want = last - off
         if want > CHUNK then want = CHUNK end
-        local okr, bytes = fs_pread(h, off, want)
+        local okr, bytes = c_pread(h, off, want)
+        if okr == "aborted" then
+            fs_close(h) -- the read in flight finishes first (kh_lua_fs.c), then the fd is closed
+            error(errors.aborted(bytes), 0)
+        end
         if not okr or #bytes == 0 then
             fs_close(h)
             -- the file shrank or failed after the head promised n bytes: the reply cannot end well

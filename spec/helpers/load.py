@@ -4,7 +4,7 @@ separate prober process that times a cheap path on the same server meanwhile.
 
 usage: load.py HOST PORT PATH CLIENTS SECONDS [PROBE_PATH] [PROBE_EVERY_MS]
 prints one JSON object: {"status": {"200": n, "503": n}, "errors": n, "done": n, "rps": x,
-"probe": {"n": n, "p50_ms": x, "p99_ms": x, "max_ms": x, "errors": n}}
+"probe": {"n": n, "p50_ms": x, "p90_ms": x, "p99_ms": x, "max_ms": x, "errors": n}}
 
 Clients connect over a 0.5 s ramp-up; a client that gets 503 waits for its Retry-After (at most
 1 s, with +-50% jitter) before it retries, as a
@@ -67,8 +67,8 @@ def probe(host, port, path, every_ms, seconds, out):
     n = len(lat)
     res = {"n": n, "errors": errors, "connects": reconnects}
     if n:
-        res.update(p50_ms=round(lat[n // 2], 2), p99_ms=round(lat[min(n - 1, int(n * 0.99))], 2),
-                   max_ms=round(lat[-1], 2))
+        res.update(p50_ms=round(lat[n // 2], 2), p90_ms=round(lat[min(n - 1, int(n * 0.9))], 2),
+                   p99_ms=round(lat[min(n - 1, int(n * 0.99))], 2), max_ms=round(lat[-1], 2))
     out.put(res)
 
 

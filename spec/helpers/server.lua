@@ -434,7 +434,7 @@ M.listening_lines = listening_lines
 
 -- server.start{app = "<lua source>", args = {...}, workers = 1, env = {...},
 --              listen = {"127.0.0.1:0", ...}, dev = false, expect_errors = {"pattern", ...},
---              start_timeout = 5, tls = nil|true|false}
+--              start_timeout = 30, tls = nil|true|false}
 -- TLS: tls = true serves only TLS (--tls-self-signed on 127.0.0.1:0). Without `listen` and
 -- `tls`, a server has a cleartext listener (srv.listens[1]) and a TLS one after it, so that
 -- every spec can run its requests over "h1+tls" too; tls = false leaves TLS out.
@@ -513,7 +513,9 @@ function M.start(opts)
 
     -- wait for one "listening on" line per --listen address
     local want = #listen
-    local found = wait_until(opts.start_timeout or 5, function()
+    -- start_timeout: the ASan build with --tls-self-signed took over 5 s to listen on the
+    -- 2-core box at load 20+; a server that fails to start exits, which ends the wait at once
+    local found = wait_until(opts.start_timeout or 30, function()
         local lines = listening_lines(read_file(self.log_path) or "")
         if #lines >= want then return lines end
         if self:exit_code() then return false end
@@ -543,7 +545,7 @@ function M.start(opts)
     end
     self.quic_listens = {}
     if http3 then -- one "(quic)" line per TLS listener, each in a write of its own
-        self.quic_listens = wait_until(opts.start_timeout or 5, function()
+        self.quic_listens = wait_until(opts.start_timeout or 30, function()
             local q = listening_lines(read_file(self.log_path) or "", "quic")
             if #q >= #self.tls_listens then return q end
         end) or error("khamsin started with --http3 but reported no QUIC listener\n--- log:\n" .. self:log(), 2)
@@ -621,6 +623,28 @@ function Server:unexpected_errors()
     return bad
 end
 
+-- The server's own time (seconds of the day, from the timestamp of its log line) of the first
+-- log line matching pattern (after byte offset `from`), or nil.
+function Server:log_time(pattern, from)
+    for line in self:log():sub((from or 0) + 1):gmatch("[^\n]+") do
+        if line:find(pattern) then
+            local h, m, sec = line:match("^%d+%-%d+%-%d+T(%d+):(%d+):([%d.]+)Z")
+            if h then return tonumber(h) * 3600 + tonumber(m) * 60 + tonumber(sec) end
+        end
+    end
+end
+
+-- Seconds from the log's "SIGTERM|SIGINT: stopping" line to its "main: stopped" line, by the
+-- server's clock: how long the engine's graceful stop took, without the process's exit after it
+-- (ASan's leak check: seconds on a loaded box). Raises when either line is missing.
+function Server:stop_seconds()
+    local t0 = self:log_time("%] main: SIG%u+: stopping")
+    local t1 = self:log_time("%] main: stopped$")
+    assert(t0 and t1, "no 'stopping' / 'stopped' lines in the log:\n" .. self:log())
+    if t1 < t0 then t1 = t1 + 86400 end -- across midnight
+    return t1 - t0, t0
+end
+
 function Server:exit_code()
     local s = read_file(self.exit_path)
     return s and tonumber(s:match("^(%d+)"))
@@ -632,9 +656,15 @@ function Server:signal(sig)
 end
 
 -- Waits up to timeout seconds for the server to exit; returns its exit code (128+N for a
--- signal) or nil on timeout.
+-- signal) or nil on timeout. Once the log says "main: stopped" the engine's stop is over and
+-- only the process's exit is left, where ASan's leak check walks the heap: that took over 3 s
+-- on the 2-core box at load 20+, so it gets up to 30 s more (a stop that hangs never logs
+-- "stopped" and still times out at `timeout`).
 function Server:wait_exit(timeout)
     local code = wait_until(timeout or 5, function() return self:exit_code() end)
+    if code == nil and self:log():find("%] main: stopped\n") then
+        code = wait_until(30, function() return self:exit_code() end)
+    end
     if code then
         self.exited = true
         running[self] = nil
@@ -642,7 +672,8 @@ function Server:wait_exit(timeout)
     return code
 end
 
--- Stops the server: SIGTERM, then SIGKILL after opts.stop_timeout (3 s). Always kills it.
+-- Stops the server: SIGTERM, then SIGKILL after opts.stop_timeout (3 s; see wait_exit for the
+-- exit after "main: stopped"). Always kills it.
 -- Fails (raises) when the log has unexpected [error] lines, a sanitizer report, when the
 -- server had died on its own, or when it did not exit cleanly on SIGTERM.
 function Server:stop()

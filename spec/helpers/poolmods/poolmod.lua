@@ -25,4 +25,17 @@ function M.sleep_ms(ms, result)
     end
     return result or "done"
 end
+-- holds this pool thread until the file dir/release exists; appends a line to dir/started
+-- first, so that a spec knows a thread took the job (no guessed sleeps)
+function M.hold(dir, result)
+    local f = assert(io.open(dir .. "/started", "a"))
+    f:write("started\n")
+    f:close()
+    while true do
+        local r = io.open(dir .. "/release", "r")
+        if r then r:close() break end
+        ffi.C.poll(nil, 0, 10)
+    end
+    return result or "done"
+end
 return M

@@ -171,27 +171,29 @@ static zctx *get_zctx(lua_State *L)
     return lua_touserdata(L, lua_upvalueindex(1));
 }
 
-/* codec(max_message, max_frame, deflate_bits, s, gen, env, proto) -> the ws object */
+/* codec(deflate_bits, s, gen, env, proto) -> the ws object. Its limits (ws_message_bytes,
+ * ws_frame_bytes) are the worker's, in the kh_ws_cfg every codec of the worker shares. */
 static int l_codec(lua_State *L)
 {
-    lua_Number mm = luaL_checknumber(L, 1), mf = luaL_checknumber(L, 2);
-    int bits = (int)luaL_optinteger(L, 3, 0);
-    luaL_checktype(L, 6, LUA_TTABLE);
+    int bits = (int)luaL_optinteger(L, 1, 0);
+    luaL_checktype(L, 4, LUA_TTABLE);
     codec *c = lua_newuserdata(L, sizeof *c);
     memset(c, 0, sizeof *c);
     zctx *z = get_zctx(L);
-    /* the limits are the process's (ws_limits): the same for every socket */
-    z->cfg.max_message = (uint64_t)mm;
-    z->cfg.max_frame = (uint64_t)mf;
+    if (z->cfg.max_message == 0) { /* the first codec: the limits are set once per worker */
+        const kh_limits *l = ((kh_lua *)lua_touserdata(L, lua_upvalueindex(2)))->w->limits;
+        z->cfg.max_message = l->ws_message_bytes;
+        z->cfg.max_frame = l->ws_frame_bytes;
+    }
     c->bits = bits >= 9 && bits <= 15 ? (uint8_t)bits : 0;
-    c->s = lua_touserdata(L, 4);
-    c->gen = (uint32_t)lua_tointeger(L, 5);
-    c->proto = (uint8_t)luaL_optinteger(L, 7, 0);
+    c->s = lua_touserdata(L, 2);
+    c->gen = (uint32_t)lua_tointeger(L, 3);
+    c->proto = (uint8_t)luaL_optinteger(L, 5, 0);
     c->magic = CODEC_MAGIC;
     kh_ws_conn_init(&c->w, &z->cfg, c->bits != 0);
     luaL_getmetatable(L, CODEC_MT);
     lua_setmetatable(L, -2);
-    lua_pushvalue(L, 6);
+    lua_pushvalue(L, 4);
     lua_setfenv(L, -2);
     return 1;
 }

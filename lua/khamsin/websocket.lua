@@ -451,7 +451,7 @@ local function serve(route, req, res)
     rawset(res, "_deferred", true) -- the handler answered (101 / 200): nothing more to send
     if not ok then return end
 
-    local ws = ws_codec(limits.message_bytes, limits.frame_bytes, bits, s, g, route, proto)
+    local ws = ws_codec(bits, s, g, route, proto) -- (its limits: the worker's, in C)
     local _, n = push.register(ws)
     ws_pn(ws, n)
     req_of[ws] = req

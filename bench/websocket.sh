@@ -8,7 +8,11 @@
 #      stime of the server process from /proc), on the noisy-box method of bench/lib/common.sh:
 #      khamsin and nginx alternating (A B, B A), ROUNDS kept rounds (disturbed rounds discarded and
 #      redone), median [min..max] and the per-round ratio with a bootstrap CI95;
-#   3. one k.publish to BCAST_N sockets: time from the publish request to the last delivery.
+#   3. one k.publish to BCAST_N sockets: time from the publish request to the last delivery;
+#   4. (PARTS=ir, not in the default set) user-space instructions per echoed 64-byte message,
+#      khamsin only: the server under valgrind's callgrind, one socket, one message per round
+#      trip; the counters are zeroed after IR_WARM round trips and dumped after IR_N more, so
+#      the handshake and start-up are not counted (load-independent, like bench/callgrind.sh).
 # For khamsin the idle part also prints, per socket, the C heap in use (glibc mallinfo2) and the
 # Lua heap, each after a full Lua GC (GET /gc of bench/apps/websocket.lua): what the idle
 # sockets themselves hold, beside VmRSS (which also keeps the allocators' high-water marks), and
@@ -37,6 +41,8 @@ ECHO_SECONDS=${ECHO_SECONDS:-8}
 WINDOW=${WINDOW:-64}
 ROUNDS=${ROUNDS:-5}
 PARTS=${PARTS:-"idle echo broadcast"}
+IR_WARM=${IR_WARM:-300}
+IR_N=${IR_N:-2000}
 IDLE_CASES=${IDLE_CASES:-"khamsin:h1 nginx:h1 khamsin:tls khamsin:h2"}
 BCAST_N=${BCAST_N:-10000}
 SERVER_CORE=${SERVER_CORE:-1}
@@ -236,4 +242,30 @@ say "3. one k.publish to $BCAST_N sockets (64 bytes): seconds to the last delive
 start_khamsin
 say "  $(taskset -c "$CLIENT_CORE" $PY $W broadcast "$PORT" "$BCAST_N" 3)"
 stop_server
+fi
+if [[ " $PARTS " == *" ir "* ]]; then
+say "4. instructions per echoed 64-byte message (callgrind, one socket, one message in flight; counters zeroed after $IR_WARM, dumped after $IR_N)"
+command -v valgrind >/dev/null || { say "  needs valgrind"; exit 1; }
+next_ports
+valgrind --tool=callgrind --callgrind-out-file="$TMP/ws.cg" "$KHAMSIN_BIN" --workers 1 \
+  --listen "tcp://127.0.0.1:$PORT" bench/apps/websocket.lua >"$TMP/cg.log" 2>&1 &
+SRV=$!
+for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+mkfifo "$TMP/cghold"
+$PY $W pingpong "$PORT" "$IR_WARM" "$IR_N" 64 <"$TMP/cghold" >"$TMP/pp.out" 2>&1 &
+PP=$!
+exec 8>"$TMP/cghold"
+waitline() { for _ in $(seq 1 3000); do grep -q "$1" "$TMP/pp.out" && return 0; kill -0 "$PP" 2>/dev/null || return 1; sleep 0.1; done; return 1; }
+waitline '^warm' || { say "  the client failed: $(tail -2 "$TMP/pp.out"); server: $(tail -3 "$TMP/cg.log")"; exit 1; }
+callgrind_control -z "$SRV" >/dev/null 2>&1
+echo go >&8
+waitline '^done' || { say "  the client failed: $(tail -2 "$TMP/pp.out")"; exit 1; }
+callgrind_control -d "$SRV" >/dev/null 2>&1
+exec 8>&-
+wait "$PP" || true
+stop_server
+dump=$(ls "$TMP"/ws.cg.* 2>/dev/null | head -1)
+[[ -n $dump ]] || { say "  no callgrind dump"; exit 1; }
+ir=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+say "  khamsin ($(git rev-parse --short HEAD), $KHAMSIN_BIN): $ir Ir for $IR_N messages: $((ir / IR_N)) instructions per echoed message"
 fi

@@ -9,6 +9,10 @@ library in the measured path).
                                          messages of SIZE bytes in flight; prints messages echoed
   wsbench.py broadcast PORT N ROUNDS     N sockets on /room; GET /publish ROUNDS times; prints the
                                          time from each publish to the last socket's delivery
+  wsbench.py pingpong PORT WARM N SIZE   one socket on /echo: WARM round trips (one message in
+                                         flight), prints "warm", waits for a line on stdin, then N
+                                         round trips, prints "done N" (bench/websocket.sh's ir
+                                         part zeroes and dumps callgrind's counters around the N)
 """
 import asyncio, base64, json, os, socket, ssl, struct, sys, time
 
@@ -171,10 +175,31 @@ async def broadcast(port, n, rounds):
     print(json.dumps(out))
 
 
+async def pingpong(port, warm, n, size):
+    r, w = await handshake(port, "/echo")
+    msg = frame(b"x" * size)
+
+    async def trips(k):
+        for _ in range(k):
+            w.write(msg)
+            op, data = await read_frame(r)
+            if op != 1 or len(data) != size:
+                raise RuntimeError("bad echo: op %d, %d bytes" % (op, len(data)))
+
+    await trips(warm)
+    print("warm", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await trips(n)
+    print("done %d" % n, flush=True)
+    w.close()
+
+
 what = sys.argv[1]
 a = sys.argv[2:]
 if what == "idle":
     asyncio.run(idle(int(a[0]), int(a[1]), a[2], a[3]))
+elif what == "pingpong":
+    asyncio.run(pingpong(int(a[0]), int(a[1]), int(a[2]), int(a[3])))
 elif what == "echo":
     asyncio.run(echo(int(a[0]), int(a[1]), float(a[2]), int(a[3]), int(a[4])))
 else:

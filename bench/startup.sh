@@ -100,6 +100,10 @@ for label, fn in parts:
       --client-core "$CLIENT_CORE" --json "$TMP/wall.jsonl" --log "$TMP/wall.log" \
       "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua" "khamsin-ss-tls=$SS bench/apps/hello.lua"
     echo "   (load average now $(cut -d' ' -f1-3 /proc/loadavg): on a busy box every figure, the floor too, grows; compare the '- floor' column and the instruction counts below)"
+    echo "   the client's own share of those figures: one poll (new connection; -tls: a full TLS 1.3 handshake; then GET /) of a server already running"
+    $PY bench/lib/startupbench.py --warm-gets "${WARM_GETS:-300}" --port "$PORT" --server-core "$SERVER_CORE" \
+      --client-core "$CLIENT_CORE" --log "$TMP/wall.log" \
+      "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua"
   fi
   if [[ " $PARTS " == *" ir "* ]]; then
     command -v valgrind >/dev/null || { echo "PARTS=ir needs valgrind"; exit 1; }

@@ -3,6 +3,9 @@
 
   startupbench.py --runs N --port P --json F [--server-core 1 --client-core 0] \
       CASE=CMD ... (CASE ending in -tls is polled over TLS 1.3: a full handshake then GET /)
+  startupbench.py --warm-gets N ... : the client's own share instead: each case started once,
+      then N polls (a new connection, over TLS a full handshake, then GET /) timed against the
+      running server; prints their median (what a poll costs once the server is up)
 
 Per run, the cases alternate (floor A B ... floor A B ...: the noisy-box method of
 bench/lib/method.py, one run = one round). The floor is /bin/true spawned the same way, its exit
@@ -67,6 +70,34 @@ def run_floor(a):
     return (time.perf_counter() - t0) * 1e3
 
 
+def warm_gets(a, cmd, tls, log):
+    """median ms of a.warm_gets polls of an already running server (its start-up excluded)"""
+    ctx = tls_ctx() if tls else None
+    os.sched_setaffinity(0, {a.server_core})
+    p = subprocess.Popen(cmd, stdout=log, stderr=log, close_fds=True)
+    os.sched_setaffinity(0, {a.client_core})
+    try:
+        t_end = time.monotonic() + a.timeout
+        while not try_get(a.port, ctx):
+            if p.poll() is not None or time.monotonic() > t_end:
+                benchlib.die(f"{cmd[0]} did not answer (see {a.log})")
+            time.sleep(0.01)
+        xs = []
+        for _ in range(a.warm_gets):
+            t0 = time.perf_counter()
+            if not try_get(a.port, ctx):
+                benchlib.die(f"a poll of the running {cmd[0]} failed")
+            xs.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(xs)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+        for _ in range(500):
+            if not port_busy(a.port):
+                break
+            time.sleep(0.01)
+
+
 def run_case(a, cmd, tls, log):
     if port_busy(a.port):
         benchlib.die(f"something already answers on port {a.port}")
@@ -109,7 +140,8 @@ def main():
     ap.add_argument("--server-core", type=int, default=1)
     ap.add_argument("--client-core", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=10)
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--warm-gets", type=int, default=0)
     ap.add_argument("--log", default="/dev/null")
     ap.add_argument("cases", nargs="+")
     a = ap.parse_args()
@@ -118,6 +150,12 @@ def main():
         name, cmd = c.split("=", 1)
         cases.append((name, cmd.replace("PORT", str(a.port)).split(), name.endswith("-tls")))
     log = open(a.log, "ab")
+    if a.warm_gets:
+        for name, cmd, tls in cases:
+            print(f"  {name:<22} {warm_gets(a, cmd, tls, log):>10.2f} ms a poll, median of {a.warm_gets}", flush=True)
+        return
+    if not a.json:
+        benchlib.die("--json is needed")
     rows = []
     for r in range(1, a.runs + 1):
         rows.append(dict(round=r, server="floor", ms=run_floor(a)))

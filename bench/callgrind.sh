@@ -10,6 +10,9 @@
 #   SERVER=nginx-lua REQUESTS=20000 CONNS=64 bench/callgrind.sh  # the anchor, same load (issue 15)
 #   APP=bench/apps/hello_headers.lua bench/callgrind.sh   # another app; its nginx counterpart:
 #   SERVER=nginx-lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/callgrind.sh
+#   HEADERS=browser APP=bench/apps/hello_headers.lua bench/callgrind.sh  # each request also
+#                                           # carries a browser's 9 header fields (BROWSER_HEADERS
+#                                           # below; HEADERS='A: 1|B: 2' others), h1 and h2 alike
 #
 # Two runs of the server under callgrind: one that only starts and stops, one that also serves
 # the load. (Ir of the second - Ir of the first) / requests served = instructions per request,
@@ -33,6 +36,15 @@ CONNS=${CONNS:-}
 SERVER=${SERVER:-khamsin}
 APP=${APP:-bench/apps/hello.lua}
 INCLUSIVE=${INCLUSIVE:-0}
+# What Firefox sends for a page, less Host (the client's own) and cookies: 9 fields, 350 bytes.
+BROWSER_HEADERS='User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0|Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8|Accept-Language: en-US,en;q=0.5|Accept-Encoding: gzip, deflate, br|Connection: keep-alive|Upgrade-Insecure-Requests: 1|Sec-Fetch-Dest: document|Sec-Fetch-Mode: navigate|Sec-Fetch-Site: none'
+HEADERS=${HEADERS:-}
+[[ $HEADERS == browser ]] && HEADERS=$BROWSER_HEADERS
+HDR_ARGS=()
+if [[ -n $HEADERS ]]; then
+  IFS='|' read -r -a hdr_list <<<"$HEADERS"
+  for h in "${hdr_list[@]}"; do HDR_ARGS+=(-H "$h"); done
+fi
 KEEP=${KEEP:-} # a directory: the two callgrind.out files are kept there
 NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
 source bench/lib/common.sh
@@ -86,13 +98,13 @@ run() { # out_file load_seconds -> prints requests served
   if ((secs > 0)) && [[ $PROTO == h2 ]]; then
     local how=(-D "$secs")
     [[ -n $REQUESTS ]] && how=(-n "$REQUESTS")
-    n=$(h2load -c"${CONNS:-4}" -m10 "${how[@]}" "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
+    n=$(h2load -c"${CONNS:-4}" -m10 "${how[@]}" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
   elif ((secs > 0)) && [[ -n $REQUESTS ]]; then
     # keep-alive h1, a fixed count: every connection sends REQUESTS/CONNS requests, one at a time
     c=${CONNS:-4}
-    n=$(h2load --h1 -c"$c" -n "$REQUESTS" "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
+    n=$(h2load --h1 -c"$c" -n "$REQUESTS" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
   elif ((secs > 0)); then
-    n=$(wrk -t1 -c"${CONNS:-4}" -d"${secs}s" "http://127.0.0.1:$PORT/" | awk '/requests in/ {print $1}')
+    n=$(wrk -t1 -c"${CONNS:-4}" -d"${secs}s" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" | awk '/requests in/ {print $1}')
   fi
   kill -TERM "$pid"; wait "$pid" || true
   echo $((n + 1)) # + the readiness probe
@@ -107,7 +119,7 @@ load=$(total_ir "$TMP/load.out")
 if [[ -n $KEEP ]]; then mkdir -p "$KEEP" && cp "$TMP/base.out" "$TMP/load.out" "$KEEP/"; fi
 echo "server:   $SERVER: ${SERVER_CMD[*]}"
 [[ $SERVER == khamsin ]] && echo "binary:   $BIN ($(git rev-parse --short HEAD))"
-echo "command:  SERVER=$SERVER PROTO=$PROTO REQUESTS=$REQUESTS CONNS=$CONNS SECONDS_LOAD=$SECONDS_LOAD bench/callgrind.sh"
+echo "command:  SERVER=$SERVER PROTO=$PROTO REQUESTS=$REQUESTS CONNS=$CONNS SECONDS_LOAD=$SECONDS_LOAD APP=$APP${HEADERS:+ HEADERS='$HEADERS'} bench/callgrind.sh"
 echo "start+stop only: $base Ir ($base_req request)"
 echo "with load:       $load Ir ($load_req requests)"
 echo "instructions per request: $(( (load - base) / (load_req - base_req) ))"

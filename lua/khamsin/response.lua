@@ -29,10 +29,14 @@ do
     local ffi = require "ffi"
     local C = ffi.C
     if not pcall(function() return C.kh_lua_respond_fast end) then
-        pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
-            const char *value; size_t vlen; } kh_lua_hdr;
-            int kh_lua_respond_fast(uint32_t gen, int status, const char *body, size_t blen,
-            const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh);]])
+        -- the type on its own: khamsin.request declares it too (req.headers), and a cdef that
+        -- redeclares it fails whole
+        if not pcall(ffi.typeof, "kh_lua_hdr") then
+            pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
+                const char *value; size_t vlen; } kh_lua_hdr;]])
+        end
+        pcall(ffi.cdef, [[int kh_lua_respond_fast(uint32_t gen, int status, const char *body,
+            size_t blen, const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh);]])
     end
     local ok, f = pcall(function() return C.kh_lua_respond_fast end)
     if ok then

@@ -7,7 +7,11 @@
 #   syscalls  every syscall the server makes (perf stat -e 'syscalls:sys_enter_*', tracepoint
 #             counts, far lighter than strace) and the events per epoll_wait (the returns of
 #             sys_exit_epoll_wait / epoll_pwait, perf record);
-#   kernel    the top kernel symbols of the server core (perf record -e cpu-clock -C core).
+#   kernel    the top kernel symbols of the server core (perf record -e cpu-clock -C core);
+#   tail      what could put a tail on the latency, per server: the time from each epoll_wait's
+#             return to the next call (a batch of ready connections served), the events per batch,
+#             and for khamsin each LuaJIT GC step (uprobes on lj_gc_step, lj_gc_step_jit);
+#             intervals in which the server was switched out are left out (bench/lib/epolltail.py).
 # The whole run is in a network namespace of its own (unshare -n, root), so the TCP counters
 # are this run's traffic only. Under load the absolute figures drift; the user/system split and
 # the ratio of one server's system time to the other's total per request are what it is for: if
@@ -18,7 +22,7 @@
 #   PARTS=cpu ROUNDS=5 bench/split.sh
 #   APP=bench/apps/hello_headers.lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/split.sh
 # Knobs: SERVERS ("khamsin nginx-lua"), CONNS, ROUNDS (3; servers alternate in each round),
-#   DURATION (5 s), WARMUP (1 s), PARTS ("cpu syscalls kernel"), KHAMSIN_BIN
+#   DURATION (5 s), WARMUP (1 s), PARTS ("cpu syscalls kernel tail"), KHAMSIN_BIN
 #   (build-release/khamsin), APP (bench/apps/hello.lua), NGX_LUA (bench/lib/common.sh's hello),
 #   PORT (23390), SERVER_CORE (1), WRK_CORE (0), TOP (15 kernel symbols).
 set -euo pipefail
@@ -32,7 +36,7 @@ CONNS=${CONNS:-"64 256"}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-1}
-PARTS=${PARTS:-"cpu syscalls kernel"}
+PARTS=${PARTS:-"cpu syscalls kernel tail"}
 APP=${APP:-bench/apps/hello.lua}
 NGX_LUA=${NGX_LUA:-$NGX_HELLO_LUA}
 NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
@@ -48,7 +52,12 @@ fi
 ip link set lo up
 TMP=$(mktemp -d)
 SPID=
-cleanup() { [[ -n $SPID ]] && kill_tree "$SPID"; rm -rf "$TMP"; }
+PROBES=0
+cleanup() {
+  [[ -n $SPID ]] && kill_tree "$SPID"
+  ((PROBES)) && perf probe -q -d 'probe_khamsin:*' >/dev/null 2>&1
+  rm -rf "$TMP"
+}
 trap cleanup EXIT
 HZ=$(getconf CLK_TCK)
 
@@ -203,5 +212,41 @@ if [[ " $PARTS " == *" kernel "* ]]; then
       grep -v '^#' | grep -v '^$' | head -6 || true
     perf report -i "$TMP/perf.k" --stdio --comms "$comm" --percentage relative --sort sym 2>/dev/null |
       grep '\[k\]' | head -"$TOP" || true
+  done
+fi
+
+if [[ " $PARTS " == *" tail "* ]]; then
+  echo
+  echo "## tail: per batch of ready connections (epoll_wait return -> next call) and per GC step, us (perf record, ${DURATION} s of wrk)"
+  # uprobes on the GC entry points (the binary has its symbols), made here and removed at exit
+  gcprobes=0
+  if [[ " $SERVERS " == *" khamsin "* ]]; then
+    if perf probe -l 2>/dev/null | grep -q 'probe_khamsin:lj_gc_step_jit__return'; then
+      gcprobes=1 # already there (not ours: left in place)
+    elif perf probe -q -x "$(readlink -f "$BIN")" -a lj_gc_step -a lj_gc_step%return \
+        -a lj_gc_step_jit -a lj_gc_step_jit%return >/dev/null 2>&1; then
+      gcprobes=1 PROBES=1
+    else
+      echo "(no uprobes on $BIN: GC steps not timed)"
+    fi
+  fi
+  for c in $CONNS; do
+    for s in $SERVERS; do
+      start "$s"
+      load "$c" "$WARMUP" >/dev/null
+      bp=$(busy_pid "$s")
+      ev=(-e syscalls:sys_exit_epoll_wait -e syscalls:sys_enter_epoll_wait -e sched:sched_switch)
+      if [[ $s == khamsin ]] && ((gcprobes)); then
+        ev+=(-e probe_khamsin:lj_gc_step -e probe_khamsin:lj_gc_step__return -e probe_khamsin:lj_gc_step_jit -e probe_khamsin:lj_gc_step_jit__return)
+      fi
+      perf record -q "${ev[@]}" -p "$bp" -o "$TMP/perf.tail" -- sleep "$((DURATION + 1))" >/dev/null 2>&1 &
+      ppid=$!
+      sleep 0.2
+      out=$(load "$c" "$DURATION")
+      wait "$ppid" || true
+      stop
+      echo "### $s -c$c: $(reqs_of <<<"$out") requests, wrk p99 $(p99_of <<<"$out") (wrk's, with the tracing on)"
+      perf script -F tid,time,event,trace -i "$TMP/perf.tail" 2>/dev/null | $PY bench/lib/epolltail.py
+    done
   done
 fi

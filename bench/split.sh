@@ -196,22 +196,23 @@ fi
 
 if [[ " $PARTS " == *" kernel "* ]]; then
   echo
-  echo "## the server core under load (perf record -e cpu-clock -C $SERVER_CORE, -c${CONNS##* }, ${DURATION} s): user/kernel share and the top kernel symbols"
+  echo "## the server core under load (perf record -e cpu-clock -C $SERVER_CORE, -c${CONNS##* }, ${DURATION} s): user/kernel share of the busy process and its top kernel symbols"
   c=${CONNS##* }
   for s in $SERVERS; do
     start "$s"
     load "$c" "$WARMUP" >/dev/null
+    bp=$(busy_pid "$s")
     perf record -q -e cpu-clock -C "$SERVER_CORE" -o "$TMP/perf.k" -- sleep "$DURATION" >/dev/null 2>&1 &
     ppid=$!
     load "$c" "$DURATION" >/dev/null
     wait "$ppid" || true
     stop
-    comm=$([[ $s == nginx-lua ]] && echo nginx || echo khamsin)
-    echo "### $s: its samples by space (% of its own), then its top kernel symbols"
-    perf report -i "$TMP/perf.k" --stdio --comms "$comm" --percentage relative --sort dso 2>/dev/null |
-      grep -v '^#' | grep -v '^$' | head -6 || true
-    perf report -i "$TMP/perf.k" --stdio --comms "$comm" --percentage relative --sort sym 2>/dev/null |
-      grep '\[k\]' | head -"$TOP" || true
+    echo "### $s: user / kernel share of its samples, then its top kernel symbols (% of its samples)"
+    perf report -i "$TMP/perf.k" --stdio --pid "$bp" --percentage relative --sort sym 2>/dev/null |
+      grep -E '^ +[0-9.]+%' >"$TMP/syms" || true
+    awk '{gsub("%", "", $1); if ($2 == "[k]") k += $1; else u += $1}
+      END {printf "  user %.1f%%, kernel %.1f%%\n", u, k}' "$TMP/syms"
+    grep '\[k\]' "$TMP/syms" | head -"$TOP" || true
   done
 fi
 

@@ -181,11 +181,15 @@ do
         end
         src[#src + 1] = ("for i = %d, n - 1 do put(h, buf[i]) end end"):format(UNROLL)
         local fill = assert(loadstring(table.concat(src), "=khamsin.request.fill"))(put)
-        -- one array per state, refilled by each call (no Lua runs between the fill and the
-        -- copies); grown for a request with more fields
-        local cap = 32
+        -- one array per state, refilled by each call; grown for a request with more fields.
+        -- The only Lua that can run between the fill and the copies is a __gc finalizer (a GC
+        -- step on an allocation), which might read another request's headers: such a nested
+        -- call gets nil (core.headers' path) rather than the array the outer one is reading.
+        local cap, busy = 32, false
         local buf = hdr_array(cap)
         req_headers = function(p, gen)
+            if busy then return nil end
+            busy = true
             local n = C.kh_lua_req_headers(p, gen, buf, cap)
             if n > cap then
                 cap = n
@@ -194,6 +198,7 @@ do
             end
             local h = tnew(0, n)
             fill(h, buf, n)
+            busy = false
             return h
         end
     end
@@ -203,11 +208,8 @@ M.headers_ffi = req_headers ~= nil -- for spec/req_headers_spec.lua
 
 function fields.headers(req)
     local p, h = rawget(req, "_p"), nil
-    if req_headers and p then
-        h = req_headers(p, rawget(req, "_g"))
-    else
-        h = core_headers(rawget(req, "_s"), rawget(req, "_g"))
-    end
+    if req_headers and p then h = req_headers(p, rawget(req, "_g")) end
+    if not h then h = core_headers(rawget(req, "_s"), rawget(req, "_g")) end
     setmetatable(h, headers_mt)
     rawset(req, "headers", h)
     return h

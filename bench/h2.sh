@@ -207,7 +207,7 @@ main() {
 
   echo "# khamsin bench: HTTP/2 GET /, 13-byte body: h2c (prior knowledge) and h2 over TLS 1.3 (ALPN)"
   echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "command:  SERVERS=\"$SERVERS\" CONNS=$CONNS STREAMS=$STREAMS ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS PARTS=\"$PARTS\" $CMDLINE"
+  echo "command:  SERVERS=\"$SERVERS\" CONNS=$CONNS STREAMS=$STREAMS ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS PARTS=\"$PARTS\"${CG_OPTS:+ CG_OPTS=\"$CG_OPTS\"} $CMDLINE"
   echo "git:      $(git rev-parse --short HEAD) ($(git status --porcelain -- core lua CMakeLists.txt | wc -l) uncommitted change(s) under core/ lua/ CMakeLists.txt)"
   echo "khamsin:  $KHAMSIN_BIN (sha256 $(sha256sum "$KHAMSIN_BIN" | cut -c1-16)), $(dpkg-query -W -f='${Package} ${Version}' libnghttp2-14 2>/dev/null)"
   echo "h2load:   $(h2load --version 2>&1 | head -1)"

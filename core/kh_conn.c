@@ -528,39 +528,28 @@ static void on_close(uv_handle_t *h)
     kh_slab_free(&w->conn_slab, c);
 }
 
-static void shutdown_cb(uv_shutdown_t *req, int status)
+/* Lingering close (nginx's lingering_close): our FIN, then read and drop what the client still
+ * sends, so that closing with unread input does not turn into an RST that destroys the reply
+ * before the client reads it (RFC 9112 §9.6). Runs from kh__conn_flush once nothing is queued
+ * (no write held by libuv, no file body, `out` empty), so shutdown(2) is called here directly
+ * instead of by uv_shutdown, whose callback comes a loop turn later. Reading goes on as it was:
+ * stopping it first and starting it again made libuv's epoll_ctl ADD fail (EEXIST: libuv leaves
+ * a stopped fd in the epoll set) and fall back to MOD, two epoll_ctl per lingering close. No
+ * shutdown when it would be followed by the close at once: the peer's FIN or reset was seen
+ * (nothing more can come), or lingering is off (shutdown then close sends what close sends). A
+ * failed shutdown (ENOTCONN: the peer's reset arrived since the last read) has nothing left to
+ * drain either. */
+static void start_lingering_close(kh_conn *c)
 {
-    kh_conn *c = req->data;
-    free(req);
-    if (c->flags & KH_CONN_F_CLOSING)
-        return; /* UV_ECANCELED from uv_close */
-    /* A failed shutdown (ENOTCONN: the peer already reset) has nothing left to drain; before,
-     * this returned and left the connection open with no timer until the grace period. */
-    if (status != 0 || (c->flags & KH_CONN_F_EOF) || c->w->limits->lingering_close_ms == 0) {
+    if ((c->flags & KH_CONN_F_EOF) || c->w->limits->lingering_close_ms == 0 ||
+        shutdown(c->fd, SHUT_WR) != 0) {
         kh_conn_close(c);
         return;
     }
-    /* Lingering close (nginx's lingering_close): after our FIN, read and drop what the client
-     * still sends, so that closing with unread input does not turn into an RST that destroys
-     * the error reply before the client reads it. */
     c->flags |= KH_CONN_F_LINGERING;
     c->flags &= ~KH_CONN_F_PAUSED;
     apply_timer(c);
-    start_reading(c);
-}
-
-static void start_lingering_close(kh_conn *c)
-{
-    if (open_handle(c) != 0) {
-        kh_conn_close(c);
-        return;
-    }
-    uv_shutdown_t *req = kh_xmalloc(sizeof *req);
-    req->data = c;
-    if (uv_shutdown(req, (uv_stream_t *)&c->tcp, shutdown_cb) != 0) {
-        free(req);
-        kh_conn_close(c);
-    }
+    start_reading(c); /* opens the handle if need be; no-op while it reads */
 }
 
 void kh_conn_close_after_write(kh_conn *c)
@@ -798,6 +787,12 @@ static void write_out(kh_conn *c, int batch)
     }
     if (src->len == 0)
         return;
+    /* TLS, the connection's last bytes (the protocol has nothing more: close_after_write, no
+     * batch): close_notify joins them now rather than in a send of its own after them
+     * (kh__conn_flush; RFC 8446 §6.1): one sendto and one segment fewer per closed connection */
+    if (c->tls && !batch && (c->flags & KH_CONN_F_CLOSE_AFTER_WRITE) && c->out.len == 0 &&
+        !files(c))
+        kh_tls_close_notify(c->tls);
     before_write(c);
     int n;
     if (batch)
@@ -887,7 +882,6 @@ void kh__conn_flush(kh_conn *c)
             kh_conn_close(c);
             return;
         }
-        stop_reading(c);
         start_lingering_close(c);
     }
 }

@@ -2,13 +2,14 @@
  * Owns:  the socket and the bytes around it; frees itself only in uv_close's callback. On a
  *        TLS listener the bytes on the socket are ciphertext: read_cb hands them to kh_tls_read
  *        (plaintext lands in `in`), write_out writes what kh_tls_write made of `out`, and every
- *        close sends close_notify first (after the last write, or in one try from
- *        kh_conn_close); everything else is the same for both. File bodies (cleartext only,
+ *        close sends close_notify first (in the same write as the last bytes, after the last
+ *        write, or in one try from kh_conn_close); everything else is the same for both. File bodies (cleartext only,
  *        kh_conn_sendfile) go out in queue order by file_out: the bytes queued before each
  *        with send(MSG_MORE), then sendfile(2); a full socket is waited on by a uv_poll on a
  *        dup of the fd, with the same stall checks as a pending uv_write.
  *        Closing after a response: kh_conn_close_after_write shuts the socket down for writing
- *        (FIN) and reads and drops input until the peer's FIN or lingering_close_ms; when the
+ *        (FIN; shutdown(2) at once, reading left on: start_lingering_close) and reads and drops
+ *        input until the peer's FIN or lingering_close_ms; when the
  *        protocol has read its whole input and none is left unread (kh_conn_end_after_write,
  *        may_close_now) the socket is closed at once instead (one close(2); bench/perconn.sh,
  *        one `Connection: close` GET per connection: 12.5 -> 7.4 syscalls per connection, no

@@ -418,7 +418,7 @@ if mode == "h2":  # the preface and an empty SETTINGS frame
 elif mode == "body":  # a body that never completes
     t.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
 elif mode != "silent":
-    t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    t.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n" + (b"Connection: close\r\n" if mode == "close" else b"") + b"\r\n")
     buf = b""
     while b"hello over tls" not in buf:
         d = t.recv(4096)
@@ -499,11 +499,14 @@ except Exception as e:
                     { "body", "after the 408 of a body timeout" },
                     { "h2", "on the HTTP/2 idle timeout" },
                     { "peer", "in answer to the peer's close_notify" },
+                    -- the response's last bytes and close_notify leave in one write; the
+                    -- close lingers (our FIN, then reading) until the client's FIN
+                    { "close", "after a Connection: close response, behind it" },
                 } do
                     it("sends close_notify " .. case[2], function()
                         local ended, text = finish(client(srv, case[1]))
                         assert.are.equal("end close_notify", ended, text)
-                        if case[1] == "idle" or case[1] == "peer" then
+                        if case[1] == "idle" or case[1] == "peer" or case[1] == "close" then
                             assert.truthy(text:find("response ok", 1, true), text)
                         elseif case[1] == "body" then
                             assert.truthy(text:find("got 408", 1, true), text)

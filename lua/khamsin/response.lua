@@ -28,12 +28,13 @@ local respond_fast, fast_h
 do
     local ffi = require "ffi"
     local C = ffi.C
-    if not pcall(function() return C.kh_lua_respond_fast end) then
-        pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
-            const char *value; size_t vlen; } kh_lua_hdr;
-            int kh_lua_respond_fast(uint32_t gen, int status, const char *body, size_t blen,
-            const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh);]])
-    end
+    -- declared without asking first (as req_str in request.lua: the question, when the answer
+    -- is no, costs an error thrown); where kh_lua_hdr was declared before, the pcall keeps the
+    -- error and the lookup below decides
+    pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
+        const char *value; size_t vlen; } kh_lua_hdr;
+        int kh_lua_respond_fast(uint32_t gen, int status, const char *body, size_t blen,
+        const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh);]])
     local ok, f = pcall(function() return C.kh_lua_respond_fast end)
     if ok then
         respond_fast = f

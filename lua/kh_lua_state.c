@@ -189,10 +189,16 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
     K->L = L;
     populate_first_arena(L);
     /* No collection while khamsin sets its own part of the state up (the libraries, the core
-     * functions, khamsin.coroutine): it makes next to no garbage, and the incremental steps
-     * that a young heap's low threshold triggered cost ~180,000 of the ~1.25 M instructions
-     * from exec to the first request. Restarted before the app's script runs, with the
-     * threshold a finished cycle would have set (LuaJIT: total * pause, i.e. twice the heap). */
+     * functions, khamsin.coroutine, then khamsin itself with khamsin.request, .response and
+     * .errors): it makes next to no garbage, and the incremental steps that a young heap's low
+     * threshold triggered cost ~180,000 of the ~1.25 M instructions from exec to the first
+     * request; khamsin's own modules, when they loaded under the app's require, ran one more
+     * cycle (~70,000). Restarted before the app's script runs, with the threshold a finished
+     * cycle would have set (LuaJIT: total * pause, i.e. twice the heap). khamsin is loaded
+     * before the app's script, as it would be by the app's first require "khamsin" (and by the
+     * runner's just after the script, for an app that does not require it): the same modules
+     * load, from the same path, only earlier, so they see Lua's own globals even where the app
+     * replaced one before its require. */
     lua_gc(L, LUA_GCSTOP, 0);
     luaL_openlibs(L);
     kh__lua_set_path(L, w->cfg->script);
@@ -206,6 +212,13 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
     lua_pushliteral(L, "khamsin.coroutine");
     if (lua_pcall(L, 1, 0, 0) != 0) {
         snprintf(err, errlen, "loading khamsin.coroutine: %s", lua_tostring(L, -1));
+        state_free(K);
+        return -1;
+    }
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "khamsin");
+    if (lua_pcall(L, 1, 0, 0) != 0) {
+        snprintf(err, errlen, "loading khamsin: %s", lua_tostring(L, -1));
         state_free(K);
         return -1;
     }

@@ -1,18 +1,18 @@
-/* kh_lua_libm.c: libm, opened on the first call of one of its functions instead of at exec.
- * Owns:  the libm handle (never closed) and one resolved pointer per function.
+/* kh_lua_libm.c: libm, opened on the first call of one of its functions instead of at exec
+ *        (KH_LAZY_LIBM builds, off by default: see CMakeLists.txt for what it changes).
+ * Owns:  one resolved pointer per function (the libm handle is never closed).
  * In:    calls from LuaJIT (math.sin, math.log, x ^ y on the interpreter's slow path, its IR call
  *        table when a trace calls them) and from brotli's encoder (log2), linked statically
  *        (KH_STATIC_DEPS) against these definitions instead of libm.so.6's.
- * Out:   the same results: each function calls libm's own, as resolved by the dynamic loader
+ * Out:   the same results: each function calls libm's own, as the dynamic loader resolves it
  *        (with its ifunc choice: the FMA / AVX2 variant on a CPU that has them).
  * Why:   a cleartext server calls none of them between exec and its first answer, yet ld.so
- *        mapped and relocated libm at every exec (bench/startup.sh PARTS=counts: 8 page faults,
- *        8 syscalls and ~25,000 instructions of its relocations and ifunc resolvers). The first
- *        call pays a dlopen once per process (libm is in every glibc process's page cache).
+ *        mapped and relocated libm at every exec (bench/startup.sh PARTS=counts: 10 page
+ *        faults, 9 syscalls and ~40,000 instructions). The first call pays a dlopen, once per
+ *        process.
  * Only the functions the binary takes from libm alone are here (frexp, ldexp, modf are in libc
- * too). A function added to LuaJIT's or brotli's needs fails the link (-Wl,--no-undefined is
- * not needed: the linker keeps libm out only when nothing else references it; see
- * CMakeLists.txt, KH_LAZY_LIBM), so this list is checked by every build. */
+ * too); one that LuaJIT or brotli starts to need keeps libm in DT_NEEDED, which
+ * `readelf -d khamsin` shows. */
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdio.h>

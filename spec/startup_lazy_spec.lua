@@ -1,9 +1,9 @@
 -- spec/startup_lazy_spec.lua: what start-up leaves for later (issue 15 item 5) is there when it
--- is first used. libm is opened on the first call of a math function (lua/kh_lua_libm.c, in a
--- KH_STATIC_DEPS build): each of the 17 functions LuaJIT takes from libm answers exactly as libm
--- does (the reference: this process's own math library, glibc's libm too), first called from
--- two workers and a k.blocking thread at once. The core table's groups that no plain request
--- touches (lua/kh_lua_core.c, open_rest) appear on the first read of a missing field, once.
+-- is first used. The math functions LuaJIT takes from libm answer exactly as libm does (the
+-- reference: this process's own math library, glibc's libm too), first called from two workers
+-- and a k.blocking thread at once: in a KH_LAZY_LIBM build they go through lua/kh_lua_libm.c,
+-- which opens libm on that first call. The core table's groups that no plain request touches
+-- (lua/kh_lua_core.c, open_rest) appear on the first read of a missing field, once.
 local server = require "helpers.server"
 
 -- every libm function LuaJIT calls, by the Lua expression that reaches it

@@ -154,8 +154,8 @@ static char *loaded_files_list(lua_State *L, const char *script)
  * freed. Then the allocator serves small requests from its free chunk first and from its top
  * last (dlmalloc), and which is which depends on where the kernel put the segment: just below
  * the first arena (what Linux does, top-down; the segments merge) leaves the new 128 KiB as the
- * free chunk and the first arena's rest as the top; anywhere else (or just above), the first
- * arena's rest is the free chunk and the new segment the top. The 128 KiB used first and the
+ * free chunk and the first arena's rest as the top; just above, or apart, the first arena's
+ * rest is used first and the new segment is (or extends) the top. The 128 KiB used first and the
  * first KH_LUA_POPULATE_NEXT bytes of the other are populated: 48 pages, about what a small
  * app's state touches by its first request (bench/startup.sh PARTS=counts). */
 #define KH_LUA_ARENA (128 * 1024)
@@ -171,13 +171,14 @@ static void populate_arenas(lua_State *L)
     uintptr_t arena = a & ~(uintptr_t)4095;
     size_t n = KH_LUA_ARENA - 8 * 1024; /* more than is left after the state's own ~12 KiB */
     void *p = f(ud, NULL, 0, n);
-    uintptr_t first = arena, next = 0;
-    if (p && (uintptr_t)p + n <= arena) { /* below: the new segment is used first */
-        first = (uintptr_t)p & ~(uintptr_t)4095;
+    uintptr_t pa = (uintptr_t)p, first = arena, next = 0;
+    if (p && (pa & ~(uintptr_t)4095) + KH_LUA_ARENA == arena) {
+        first = pa & ~(uintptr_t)4095; /* just below, merged: the new 128 KiB is used first */
         next = arena;
-    } else if (p && (uintptr_t)p >= arena + KH_LUA_ARENA) { /* elsewhere, or above */
-        next = (uintptr_t)p & ~(uintptr_t)4095;
-    } /* else: it fit in the first arena (a smaller state), or no memory: the arena only */
+    } else if (p && pa + n > arena + KH_LUA_ARENA) { /* above or apart: the new one is the top */
+        next = pa >= arena + KH_LUA_ARENA ? pa & ~(uintptr_t)4095 : arena + KH_LUA_ARENA;
+    } /* else: it fit in the first arena (a smaller state), no memory, or a segment apart below
+       * (the first arena's rest is used first): the first arena only */
     if (madvise((void *)first, KH_LUA_ARENA, MADV_POPULATE_WRITE) == 0 && next)
         (void)madvise((void *)next, KH_LUA_POPULATE_NEXT, MADV_POPULATE_WRITE);
     if (p)

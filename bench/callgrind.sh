@@ -10,6 +10,9 @@
 #   SERVER=nginx-lua REQUESTS=20000 CONNS=64 bench/callgrind.sh  # the anchor, same load (issue 15)
 #   APP=bench/apps/hello_headers.lua bench/callgrind.sh   # another app; its nginx counterpart:
 #   SERVER=nginx-lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/callgrind.sh
+#   HEADERS=browser APP=bench/apps/hello_headers.lua bench/callgrind.sh  # each request also
+#                                           # carries a browser's 9 header fields (BROWSER_HEADERS
+#                                           # below; HEADERS='A: 1|B: 2' others), h1 and h2 alike
 #
 # Two runs of the server under callgrind: one that only starts and stops, one that also serves
 # the load. (Ir of the second - Ir of the first) / requests served = instructions per request,
@@ -33,7 +36,20 @@ CONNS=${CONNS:-}
 SERVER=${SERVER:-khamsin}
 APP=${APP:-bench/apps/hello.lua}
 INCLUSIVE=${INCLUSIVE:-0}
+# What Firefox sends for a page, less Host (the client's own) and cookies: 9 fields, 350 bytes.
+BROWSER_HEADERS='User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0|Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8|Accept-Language: en-US,en;q=0.5|Accept-Encoding: gzip, deflate, br|Connection: keep-alive|Upgrade-Insecure-Requests: 1|Sec-Fetch-Dest: document|Sec-Fetch-Mode: navigate|Sec-Fetch-Site: none'
+HEADERS=${HEADERS:-}
+[[ $HEADERS == browser ]] && HEADERS=$BROWSER_HEADERS
+HDR_ARGS=()
+if [[ -n $HEADERS ]]; then
+  IFS='|' read -r -a hdr_list <<<"$HEADERS"
+  for h in "${hdr_list[@]}"; do HDR_ARGS+=(-H "$h"); done
+fi
 KEEP=${KEEP:-} # a directory: the two callgrind.out files are kept there
+# WARMUP_SECONDS=n: n seconds of the same load before the counters are zeroed (callgrind_control
+# -z), in both runs: then the figure leaves out the JIT's recording and compiling of the first
+# requests (LuaJIT's, in khamsin and nginx + lua alike), which the default spreads over the run
+WARMUP_SECONDS=${WARMUP_SECONDS:-0}
 NGX_MODDIR=${NGX_MODDIR:-/usr/lib/nginx/modules}
 source bench/lib/common.sh
 NGX_LUA=${NGX_LUA:-$NGX_HELLO_LUA} # the nginx location's content (SERVER=nginx-lua)
@@ -83,19 +99,29 @@ run() { # out_file load_seconds -> prints requests served
   valgrind --tool=callgrind --callgrind-out-file="$out" "${SERVER_CMD[@]}" >"$TMP/log" 2>&1 &
   pid=$!
   for ((i = 0; i < 600; i++)); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
+  local probe=1
+  if ((WARMUP_SECONDS > 0)); then # the same load, then the counters zeroed: steady state only
+    if [[ $PROTO == h2 ]]; then
+      h2load -c"${CONNS:-4}" -m10 -D "$WARMUP_SECONDS" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" >/dev/null
+    else
+      wrk -t1 -c"${CONNS:-4}" -d"${WARMUP_SECONDS}s" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" >/dev/null
+    fi
+    callgrind_control -z "$pid" >/dev/null
+    probe=0
+  fi
   if ((secs > 0)) && [[ $PROTO == h2 ]]; then
     local how=(-D "$secs")
     [[ -n $REQUESTS ]] && how=(-n "$REQUESTS")
-    n=$(h2load -c"${CONNS:-4}" -m10 "${how[@]}" "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
+    n=$(h2load -c"${CONNS:-4}" -m10 "${how[@]}" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
   elif ((secs > 0)) && [[ -n $REQUESTS ]]; then
     # keep-alive h1, a fixed count: every connection sends REQUESTS/CONNS requests, one at a time
     c=${CONNS:-4}
-    n=$(h2load --h1 -c"$c" -n "$REQUESTS" "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
+    n=$(h2load --h1 -c"$c" -n "$REQUESTS" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
   elif ((secs > 0)); then
-    n=$(wrk -t1 -c"${CONNS:-4}" -d"${secs}s" "http://127.0.0.1:$PORT/" | awk '/requests in/ {print $1}')
+    n=$(wrk -t1 -c"${CONNS:-4}" -d"${secs}s" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" | awk '/requests in/ {print $1}')
   fi
   kill -TERM "$pid"; wait "$pid" || true
-  echo $((n + 1)) # + the readiness probe
+  echo $((n + probe)) # + the readiness probe, unless the counters were zeroed after it
 }
 
 total_ir() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
@@ -107,8 +133,8 @@ load=$(total_ir "$TMP/load.out")
 if [[ -n $KEEP ]]; then mkdir -p "$KEEP" && cp "$TMP/base.out" "$TMP/load.out" "$KEEP/"; fi
 echo "server:   $SERVER: ${SERVER_CMD[*]}"
 [[ $SERVER == khamsin ]] && echo "binary:   $BIN ($(git rev-parse --short HEAD))"
-echo "command:  SERVER=$SERVER PROTO=$PROTO REQUESTS=$REQUESTS CONNS=$CONNS SECONDS_LOAD=$SECONDS_LOAD bench/callgrind.sh"
-echo "start+stop only: $base Ir ($base_req request)"
+echo "command:  SERVER=$SERVER PROTO=$PROTO REQUESTS=$REQUESTS CONNS=$CONNS SECONDS_LOAD=$SECONDS_LOAD WARMUP_SECONDS=$WARMUP_SECONDS APP=$APP${HEADERS:+ HEADERS='$HEADERS'} bench/callgrind.sh"
+echo "start+stop only: $base Ir ($base_req request)$( ((WARMUP_SECONDS > 0)) && echo ', counted from the zeroing: the stop')"
 echo "with load:       $load Ir ($load_req requests)"
 echo "instructions per request: $(( (load - base) / (load_req - base_req) ))"
 echo

@@ -273,6 +273,36 @@ KH_EXPORT const char *kh_lua_req_str(uintptr_t p, uint32_t gen, int which, size_
     return v.ptr ? v.ptr : "";
 }
 
+/* (kh_lua_hdr: one name/value pair as pointers and lengths, below and in response.lua's cdef) */
+typedef struct kh_lua_hdr {
+    const char *name;
+    size_t nlen;
+    const char *value;
+    size_t vlen;
+} kh_lua_hdr;
+
+/* FFI accessor (style.md §4) for req.headers: the request's header fields in arrival order, as
+ * they are in the stream (names lower-cased, repeats not joined: request.lua builds the table,
+ * as core.headers does, without leaving the JIT trace that core.headers, a lua_CFunction, ended).
+ * Fills out[0 .. min(n, max) - 1] with pointers into the stream's arena, valid while the stream
+ * lives; the caller copies them (ffi.string) before any Lua code that could end the request.
+ * Returns n, the number of fields (n > max: call again with room for n), or 0 when the request
+ * is over (gen) or the stream is compact (a held tunnel's: its headers are gone, as l_headers).
+ * p and gen as kh_lua_req_str. */
+KH_EXPORT int kh_lua_req_headers(uintptr_t p, uint32_t gen, kh_lua_hdr *out, int max)
+{
+    const kh_stream *s = (const kh_stream *)p;
+    if (s == NULL || s->gen != gen || (s->flags & KH_STREAM_F_COMPACT))
+        return 0;
+    uint32_t n = s->num_headers;
+    for (uint32_t i = 0; i < n && i < (uint32_t)max; i++) {
+        const kh_header *h = &s->headers[i];
+        out[i] = (kh_lua_hdr){h->name.ptr, h->name.len, h->value.ptr ? h->value.ptr : "",
+                              h->value.len};
+    }
+    return (int)n;
+}
+
 /* The FFI path of response.finish (style.md §4): the runner's own reply whose headers are all
  * string-valued (res.headers and the handler's, up to KH_LUA_FAST_HDRS: the hello-world shape
  * and a handler that sets a header or two), called from a JIT trace without leaving it, where
@@ -294,12 +324,6 @@ KH_EXPORT const char *kh_lua_req_str(uintptr_t p, uint32_t gen, int which, size_
  * only flags the running coroutine; no string pointer is kept past the call (the sinks copy, as
  * for core.respond). */
 #define KH_LUA_FAST_HDRS 8
-typedef struct kh_lua_hdr {
-    const char *name;
-    size_t nlen;
-    const char *value;
-    size_t vlen;
-} kh_lua_hdr;
 KH_EXPORT int kh_lua_respond_fast(uint32_t gen, int status, const char *body, size_t blen,
                                   const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh)
 {

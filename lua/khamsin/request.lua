@@ -142,8 +142,75 @@ for which, f in pairs { [0] = "method", [1] = "path" } do
     end
 end
 
+-- req.headers through the FFI (lua/kh_lua_core.c, kh_lua_req_headers): the fields' bytes are
+-- copied into the table here, so the JIT keeps the handler in its trace, where core.headers (a
+-- lua_CFunction) ended it and the rest of the request ran in the interpreter. The table is the
+-- same: every field, names lower-case, a repeated field joined with ", " (cookie: "; "), any-case
+-- lookup through headers_mt, a plain table the app may iterate, change and keep.
+-- Without the accessor (plain luajit, or no req._p: a held WebSocket's req): core.headers.
+local req_headers
+do
+    local ffi = require "ffi"
+    local C = ffi.C
+    -- declared without asking first (as kh_lua_req_str above: each "no" is an error thrown).
+    -- The type on its own, since a cdef that redeclares it fails whole: this module loads
+    -- before khamsin.response, which declares it too (asking, where the answer is yes)
+    pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
+        const char *value; size_t vlen; } kh_lua_hdr;]])
+    pcall(ffi.cdef, [[int kh_lua_req_headers(uintptr_t p, uint32_t gen, kh_lua_hdr *out,
+        int max);]])
+    if pcall(function() return C.kh_lua_req_headers end) then
+        local ffistring, hdr_array, tnew = ffi.string, ffi.typeof("kh_lua_hdr[?]"), require "table.new"
+        local function put(h, e)
+            local name, value = ffistring(e.name, e.nlen), ffistring(e.value, e.vlen)
+            local prev = h[name]
+            if prev then -- RFC 9110 §5.3: a repeated field is the comma-joined list
+                value = prev .. (name == "cookie" and "; " or ", ") .. value
+            end
+            h[name] = value
+        end
+        -- fill(h, buf, n): put(h, buf[i]) for i = 0 .. n - 1, the first UNROLL unrolled: a loop
+        -- is an inner loop of the request's trace, which LuaJIT gives a trace of its own whose
+        -- exit returns to the interpreter, so that the rest of the handler ran there.
+        -- bench/callgrind.sh, wrk -c64, APP=bench/apps/hello_headers.lua, instructions per
+        -- request with wrk's one field / HEADERS=browser (10 fields): see the commit message.
+        local UNROLL = 24
+        local src = { "local put = ... return function(h, buf, n) " }
+        for i = 0, UNROLL - 1 do
+            src[#src + 1] = ("if n <= %d then return end put(h, buf[%d]) "):format(i, i)
+        end
+        src[#src + 1] = ("for i = %d, n - 1 do put(h, buf[i]) end end"):format(UNROLL)
+        local fill = assert(loadstring(table.concat(src), "=khamsin.request.fill"))(put)
+        -- one array per state, refilled by each call; grown for a request with more fields.
+        -- The only Lua that can run between the fill and the copies is a __gc finalizer (a GC
+        -- step on an allocation), which might read another request's headers: such a nested
+        -- call gets nil (core.headers' path) rather than the array the outer one is reading.
+        local cap, busy = 32, false
+        local buf = hdr_array(cap)
+        req_headers = function(p, gen)
+            if busy then return nil end
+            busy = true
+            local n = C.kh_lua_req_headers(p, gen, buf, cap)
+            if n > cap then
+                cap = n
+                buf = hdr_array(cap)
+                n = C.kh_lua_req_headers(p, gen, buf, cap)
+            end
+            local h = tnew(0, n)
+            fill(h, buf, n)
+            busy = false
+            return h
+        end
+    end
+end
+
+M.headers_ffi = req_headers ~= nil -- for spec/req_headers_spec.lua
+
 function fields.headers(req)
-    local h = setmetatable(core_headers(rawget(req, "_s"), rawget(req, "_g")), headers_mt)
+    local p, h = rawget(req, "_p"), nil
+    if req_headers and p then h = req_headers(p, rawget(req, "_g")) end
+    if not h then h = core_headers(rawget(req, "_s"), rawget(req, "_g")) end
+    setmetatable(h, headers_mt)
     rawset(req, "headers", h)
     return h
 end

@@ -174,13 +174,18 @@ do
         -- exit returns to the interpreter, so that the rest of the handler ran there.
         -- bench/callgrind.sh, wrk -c64, APP=bench/apps/hello_headers.lua, instructions per
         -- request with wrk's one field / HEADERS=browser (10 fields): see the commit message.
+        -- Made by the first req.headers, not as the module loads: parsing it costs ~200,000
+        -- instructions, which every state paid on its way to its first answer (bench/startup.sh).
         local UNROLL = 24
-        local src = { "local put = ... return function(h, buf, n) " }
-        for i = 0, UNROLL - 1 do
-            src[#src + 1] = ("if n <= %d then return end put(h, buf[%d]) "):format(i, i)
+        local fill
+        local function make_fill()
+            local src = { "local put = ... return function(h, buf, n) " }
+            for i = 0, UNROLL - 1 do
+                src[#src + 1] = ("if n <= %d then return end put(h, buf[%d]) "):format(i, i)
+            end
+            src[#src + 1] = ("for i = %d, n - 1 do put(h, buf[i]) end end"):format(UNROLL)
+            fill = assert(loadstring(table.concat(src), "=khamsin.request.fill"))(put)
         end
-        src[#src + 1] = ("for i = %d, n - 1 do put(h, buf[i]) end end"):format(UNROLL)
-        local fill = assert(loadstring(table.concat(src), "=khamsin.request.fill"))(put)
         -- one array per state, refilled by each call; grown for a request with more fields.
         -- The only Lua that can run between the fill and the copies is a __gc finalizer (a GC
         -- step on an allocation), which might read another request's headers: such a nested
@@ -197,6 +202,7 @@ do
                 n = C.kh_lua_req_headers(p, gen, buf, cap)
             end
             local h = tnew(0, n)
+            if not fill then make_fill() end
             fill(h, buf, n)
             busy = false
             return h

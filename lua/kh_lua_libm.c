@@ -8,7 +8,7 @@
  *        (with its ifunc choice: the FMA / AVX2 variant on a CPU that has them).
  * Why:   a cleartext server calls none of them between exec and its first answer, yet ld.so
  *        mapped and relocated libm at every exec (bench/startup.sh PARTS=counts: 10 page
- *        faults, 9 syscalls and ~40,000 instructions). The first call pays a dlopen, once per
+ *        faults, 9 syscalls and ~35,000 instructions). The first call pays a dlopen, once per
  *        process.
  * Only the functions the binary takes from libm alone are here (frexp, ldexp, modf are in libc
  * too); one that LuaJIT or brotli starts to need keeps libm in DT_NEEDED, which

@@ -20,7 +20,9 @@
 # Env knobs (defaults): SERVERS="khamsin nginx-lua" CONNS=256 ROUNDS=5 (kept rounds, load and hs each;
 #   disturbed rounds are discarded and redone: bench/lib/common.sh) DURATION=10 WARMUP=2
 #   HS_SECONDS=10 HS_CLIENTS=4 IDLE_CONNS=5000 PARTS="load hs idle" BASE_PORT=24080
-#   (SERVERS may add khamsin-ossl: khamsin with --tls-own-records 0, OpenSSL's record layer)
+#   (SERVERS may add khamsin-ossl: khamsin with --tls-own-records 0, OpenSSL's record layer;
+#   and nginx-lua-aes128: nginx + lua with khamsin's TLS 1.3 suite order, AES-128-GCM first with
+#   server preference, where plain nginx-lua's clients get OpenSSL's first, AES-256-GCM-SHA384)
 #   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 KEEP_TMP=0 QUIET_WAIT=20
 #   QUIET_BUDGET=120 (s to wait for a quiet box before a window / per run)
 set -euo pipefail
@@ -61,13 +63,14 @@ cleanup() {
 trap cleanup EXIT
 
 port_of() { case $1 in khamsin) echo $((BASE_PORT + 1)) ;; khamsin-tcp) echo $((BASE_PORT + 2)) ;;
-  nginx-lua) echo $((BASE_PORT + 3)) ;; khamsin-ossl) echo $((BASE_PORT + 4)) ;; *) fail "unknown server $1" ;; esac; }
+  nginx-lua) echo $((BASE_PORT + 3)) ;; khamsin-ossl) echo $((BASE_PORT + 4)) ;;
+  nginx-lua-aes128) echo $((BASE_PORT + 5)) ;; *) fail "unknown server $1" ;; esac; }
 
-gen_nginx_conf() { # dir port
+gen_nginx_conf() { # dir port [extra directives]
   nginx_conf "$1" bench/tls.sh 20000 19000 1 "    listen 127.0.0.1:$2 ssl;
     ssl_certificate $TMP/cert.pem;
     ssl_certificate_key $TMP/key.pem;
-    ssl_protocols TLSv1.3;
+    ssl_protocols TLSv1.3;${3:-}
     ssl_session_tickets on;
     location / { $NGX_HELLO_LUA }"
 }
@@ -79,6 +82,7 @@ server_cmd() { # name port
     khamsin-ossl) echo "$KHAMSIN_BIN --workers 1 --listen tls://127.0.0.1:$2 --tls-cert $TMP/cert.pem --tls-key $TMP/key.pem --tls-own-records 0 --log-level warn examples/hello.lua" ;;
     khamsin-tcp) echo "$KHAMSIN_BIN --workers 1 --listen tcp://127.0.0.1:$2 --log-level warn examples/hello.lua" ;;
     nginx-lua) echo "nginx -p $TMP/nginx-lua/ -c $TMP/nginx-lua/nginx.conf -e $TMP/nginx-lua/error.log" ;;
+    nginx-lua-aes128) echo "nginx -p $TMP/nginx-lua-aes128/ -c $TMP/nginx-lua-aes128/nginx.conf -e $TMP/nginx-lua-aes128/error.log" ;;
   esac
 }
 
@@ -142,6 +146,9 @@ fi
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TMP/key.pem" \
   -out "$TMP/cert.pem" -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
 gen_nginx_conf "$TMP/nginx-lua" "$(port_of nginx-lua)"
+! has "$SERVERS" nginx-lua-aes128 || gen_nginx_conf "$TMP/nginx-lua-aes128" "$(port_of nginx-lua-aes128)" "
+    ssl_prefer_server_ciphers on;
+    ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256;"
 taskset -p -c "$WRK_CORE" $$ >/dev/null
 
 : >"$PARTIAL"
@@ -186,10 +193,11 @@ if has "$PARTS" load; then
   done
   bench_summary "$TMP/load.jsonl" --metric req_per_cpu --metric rps --label "TLS 1.3 keep-alive hello (wrk -c$CONNS)" >"$TMP/sum.txt"
   log "$(cat "$TMP/sum.txt")"
-  if has "$SERVERS" khamsin-ossl; then
-    bench_summary "$TMP/load.jsonl" --metric req_per_cpu --anchor khamsin-ossl --summary /dev/null >"$TMP/sum.txt"
+  for a in khamsin-ossl nginx-lua-aes128; do
+    has "$SERVERS" $a || continue
+    bench_summary "$TMP/load.jsonl" --metric req_per_cpu --anchor $a --summary /dev/null >"$TMP/sum.txt"
     log "$(cat "$TMP/sum.txt")"
-  fi
+  done
   log ""
 fi
 
@@ -227,10 +235,11 @@ if has "$PARTS" hs; then
   done
   bench_summary "$TMP/hs.jsonl" --metric hs_per_cpu --metric hs_per_s --group mode --label "TLS 1.3 handshakes (s_time x$HS_CLIENTS)" >"$TMP/sum.txt"
   log "$(cat "$TMP/sum.txt")"
-  if has "$SERVERS" khamsin-ossl; then
-    bench_summary "$TMP/hs.jsonl" --metric hs_per_cpu --group mode --anchor khamsin-ossl --summary /dev/null >"$TMP/sum.txt"
+  for a in khamsin-ossl nginx-lua-aes128; do
+    has "$SERVERS" $a || continue
+    bench_summary "$TMP/hs.jsonl" --metric hs_per_cpu --group mode --anchor $a --summary /dev/null >"$TMP/sum.txt"
     log "$(cat "$TMP/sum.txt")"
-  fi
+  done
   log ""
 fi
 

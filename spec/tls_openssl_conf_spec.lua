@@ -71,6 +71,22 @@ describe("OpenSSL's configuration file", function()
         assert.are.equal("hello 200", get(srv, "TLS_CHACHA20_POLY1305_SHA256"))
     end)
 
+    it("keeps the order of a suite list set in it (khamsin reorders only OpenSSL's default)", function()
+        local path = os.tmpname()
+        local f = assert(io.open(path, "w"))
+        f:write((CONF:gsub("Ciphersuites = [^\n]*", "Ciphersuites = TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256")))
+        f:close()
+        finally(function() os.remove(path) end)
+        local srv = server.start { app = APP, tls = true, env = { OPENSSL_CONF = path } }
+        finally(function() srv:stop() end)
+        local l = srv.tls_listens[1]
+        local p = assert(io.popen(string.format("printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n' | timeout 10 openssl s_client -tls1_3 -ign_eof -connect %s:%d 2>&1", l.host, l.port)))
+        local out = p:read("*a")
+        p:close()
+        assert.truthy(out:find("Cipher is TLS_AES_256_GCM_SHA384", 1, true), out)
+        assert.truthy(out:find("hello", 1, true), out)
+    end)
+
     it("named by OPENSSL_CONF is applied", function()
         local path = os.tmpname()
         local f = assert(io.open(path, "w"))

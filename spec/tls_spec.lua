@@ -129,6 +129,27 @@ describe("TLS", function()
             os.execute("rm -rf " .. sh_quote(dir))
         end)
 
+        it("prefers TLS_AES_128_GCM_SHA256 and still serves and resumes a client's only suite", function()
+            -- kh_tls.c prefer_aes128: OpenSSL's default order puts AES-256 first; we put
+            -- AES-128-GCM first (a SHA-256 key schedule), and a client that offers one suite gets it
+            local dir = tmpdir()
+            for _, c in ipairs {
+                { "", "TLS_AES_128_GCM_SHA256" },
+                { "-ciphersuites TLS_AES_256_GCM_SHA384", "TLS_AES_256_GCM_SHA384" },
+                { "-ciphersuites TLS_CHACHA20_POLY1305_SHA256", "TLS_CHACHA20_POLY1305_SHA256" },
+            } do
+                local sess = dir .. "/sess.pem"
+                os.remove(sess)
+                local out = s_client(srv, "-tls1_3 " .. c[1] .. " -sess_out " .. sess)
+                assert.truthy(out:find("New, TLSv1.3, Cipher is " .. c[2], 1, true), out)
+                assert.truthy(out:find("hello over tls", 1, true), out)
+                out = s_client(srv, "-tls1_3 " .. c[1] .. " -sess_in " .. sess)
+                assert.truthy(out:find("Reused, TLSv1.3, Cipher is " .. c[2], 1, true), out)
+                assert.truthy(out:find("hello over tls", 1, true), out)
+            end
+            os.execute("rm -rf " .. sh_quote(dir))
+        end)
+
         it("closes plain HTTP sent to the TLS port without a reply or an [error] line", function()
             local data, closed = srv:raw("GET / HTTP/1.1\r\nHost: x\r\n\r\n",
                 { listen = srv.tls_listens[1], timeout = 3 })

@@ -18,6 +18,8 @@
 #   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 CLIENT_CORE=0 NICE=-20 (if root, else 0)
 #   IR_N=20000 (requests of the ir and sys parts: h2load -c CONNS -m STREAMS -n IR_N)
 #   CG_KEEP= (a directory: the ir part's callgrind files are copied there, for callgrind_annotate)
+#   CG_OPTS= (more callgrind options for the ir part, e.g. "--cache-sim=yes": simulated cache
+#   misses per request are printed beside the instructions)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -159,7 +161,8 @@ cg_start() { # name port outprefix
   # connections' map page check (kh_h2.c zpage_give_back). Compare runs made back to back.
   [[ $1 != khamsin ]] || cmd=("${cmd[@]:0:${#cmd[@]}-1}" --limit keepalive_timeout_ms=3600000
     --limit header_timeout_ms=3600000 --limit slice_warn_ms=0 "${cmd[-1]}")
-  taskset -c "$SERVER_CORE" valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$3.%p" \
+  # shellcheck disable=SC2086 # CG_OPTS: more callgrind options, split on spaces
+  taskset -c "$SERVER_CORE" valgrind --tool=callgrind --trace-children=yes ${CG_OPTS:-} --callgrind-out-file="$3.%p" \
     "${cmd[@]}" >>"$TMP/$1.out" 2>>"$TMP/$1.err" &
   SPID=$!
   LIVE+=("$SPID")
@@ -204,7 +207,7 @@ main() {
 
   echo "# khamsin bench: HTTP/2 GET /, 13-byte body: h2c (prior knowledge) and h2 over TLS 1.3 (ALPN)"
   echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "command:  SERVERS=\"$SERVERS\" CONNS=$CONNS STREAMS=$STREAMS ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS PARTS=\"$PARTS\" $CMDLINE"
+  echo "command:  SERVERS=\"$SERVERS\" CONNS=$CONNS STREAMS=$STREAMS ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS PARTS=\"$PARTS\"${CG_OPTS:+ CG_OPTS=\"$CG_OPTS\"} $CMDLINE"
   echo "git:      $(git rev-parse --short HEAD) ($(git status --porcelain -- core lua CMakeLists.txt | wc -l) uncommitted change(s) under core/ lua/ CMakeLists.txt)"
   echo "khamsin:  $KHAMSIN_BIN (sha256 $(sha256sum "$KHAMSIN_BIN" | cut -c1-16)), $(dpkg-query -W -f='${Package} ${Version}' libnghttp2-14 2>/dev/null)"
   echo "h2load:   $(h2load --version 2>&1 | head -1)"
@@ -274,13 +277,19 @@ main() {
       printf '  %-16s %8d Ir/request   (base %d Ir, with load %d Ir; %s)\n' "$s" $(((load - base) / IR_N)) "$base" "$load" \
         "$(grep -m1 '^traffic:' "$TMP/cg/$s.h2load")"
       echo "$s $(((load - base) / IR_N))" >>"$TMP/ir.txt"
+      # every event the files have (with CG_OPTS=--cache-sim=yes: cache misses too), per request
+      awk -v n="$IR_N" -v s="$s" 'FNR == 1 { sign = (FILENAME ~ /-base\./) ? -1 : 1 }
+        /^events:/ { ne = NF - 1; for (i = 2; i <= NF; i++) ev[i] = $i }
+        /^(summary|totals):/ && !seen[FILENAME]++ { for (i = 2; i <= NF; i++) t[i] += sign * $i }
+        END { if (ne > 1) { printf "  %-16s", s; for (i = 2; i <= ne + 1; i++) printf " %s %.1f", ev[i], t[i] / n; print " (per request)" } }' \
+        "$TMP/cg/$s-base".* "$TMP/cg/$s-load".*
       [[ -z ${CG_KEEP:-} ]] || { mkdir -p "$CG_KEEP" && cp "$TMP/cg/$s"-* "$CG_KEEP/"; }
     done
     for s in $SERVERS; do
       [[ $s == *-tls || $s == nginx* ]] && continue
       echo "### $s: top functions (self) of the loaded run"
       for f in "$TMP/cg/$s-load".*; do
-        callgrind_annotate "$f" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 3,16p | sed -E 's/ \[[^]]*\]$//'
+        callgrind_annotate --show=Ir "$f" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 3,16p | sed -E 's/ \[[^]]*\]$//'
       done
       if [[ $s == khamsin ]]; then
         echo "### khamsin: where a request goes (inclusive Ir / request; nghttp2's own = the nghttp2 rows minus the callbacks under them)"

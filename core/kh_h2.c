@@ -22,11 +22,13 @@
  * block's end (h2_conn.hdr), the head's field array is on the stack, the response's names and
  * values go to nghttp2 uncopied (h2_head), a small body sits in a block of the h2 cache
  * (body_append), nghttp2's small blocks come from per-thread free lists with their class in a
- * header (h2_cache_get), and frame headers are read in place (scan_recv). 17,450 -> 16,900
- * instructions a request in one run against lighttpd's 13,430 (its own h2 and HPACK, Lua 5.4).
- * Of the 16,900, ~9,000 are nghttp2's own (HPACK encode ~2,400 and decode ~1,000, the RFC 9113
- * field checks ~1,150, stream open/close, frame packing), ~5,700 the app (Lua and the kh_stream
- * reply path: head build ~500, request head copy ~700), ~2,300 our callbacks here.
+ * header (h2_cache_get), frame headers are read in place (scan_recv), and the stream whose DATA
+ * went out last is found without a map lookup at its end (rb_stream, HS_PEER_END). Release build,
+ * one run with lighttpd (its own h2 and HPACK, Lua 5.4): 15,058 -> 14,550 instructions a request
+ * against its 13,210-13,280 (bench/README.md, "What one h2c request costs"). Of ours, ~8,200 are
+ * nghttp2's own (HPACK encode ~2,250, of which the X-Request-Id literal's ~1,000; decode ~1,050;
+ * the RFC 9113 field checks ~1,150; stream open/close; frame packing), ~1,150 LuaJIT, ~4,500 our
+ * C (callbacks here ~1,600, the kh_stream head and reply paths), ~850 libc.
  *
  * Handlers run outside nghttp2's callbacks where it matters: a stream whose head is complete is
  * queued and dispatched after mem_recv returns, so the DATA frames that came in the same read
@@ -102,6 +104,11 @@ typedef struct h2_conn {
     kh_stream *pend_tail;
     kh_stream *hd_stream; /* the stream of the header block being read (hd_id; 0: none) */
     int32_t hd_id;
+    /* the stream whose DATA nghttp2 asked for last (read_body; 0: none): the frame's on_frame_send
+     * and the stream's close come right after, and find it without a lookup in nghttp2's map
+     * (nghttp2_map_find: ~30 instructions, and a cache miss, each; bench/h2.sh PARTS=ir) */
+    int32_t rb_id;
+    kh_stream *rb_stream;
     /* the fields of the request header block being read (store_field). Per connection, not per
      * stream: a header block is never interleaved with another frame (RFC 9113 §6.10), and the
      * block is let go at its end (head_done), so the streams in flight hold none: with one per
@@ -148,6 +155,7 @@ enum {
     HS_RST_RECV = 1u << 9,  /* the peer sent RST_STREAM */
     HS_CUT = 1u << 10,      /* kh_stream_cut: reset once the flush pass sent what it could */
     HS_SMALL = 1u << 11,    /* buf is a small block from the h2 cache (body_append) */
+    HS_PEER_END = 1u << 12, /* END_STREAM received (on_frame_recv): nghttp2 has it half-closed */
 };
 
 static int drain_streams(h2_conn *h);
@@ -460,6 +468,8 @@ static void stream_gone(h2_conn *h, kh_stream *s, int err)
         h->hd_id = 0, h->hd_stream = NULL;
         kh_buf_release(&h->hdr, &h->c->w->bufs);
     }
+    if (h->rb_stream == s)
+        h->rb_id = 0, h->rb_stream = NULL;
     unlink_stream(h, s);
     body_release(h, hs);
     head_block_free(hs);
@@ -664,6 +674,14 @@ static kh_stream *hd_stream(h2_conn *h, nghttp2_session *ng, int32_t id)
     return h->hd_stream = nghttp2_session_get_stream_user_data(ng, id);
 }
 
+/* A stream by id: the one read_body served last, else nghttp2's map. */
+static kh_stream *stream_of(h2_conn *h, nghttp2_session *ng, int32_t id)
+{
+    if (id == h->rb_id)
+        return h->rb_stream;
+    return nghttp2_session_get_stream_user_data(ng, id);
+}
+
 static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
                      const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
@@ -726,6 +744,8 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
         s = hd_stream(h, ng, f->hd.stream_id);
         if (s == NULL)
             break;
+        if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+            HS(s)->flags |= HS_PEER_END;
         if (!(HS(s)->flags & HS_HEAD_DONE)) {
             head_done(h, s, f->hd.flags & NGHTTP2_FLAG_END_STREAM);
         } else if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
@@ -734,8 +754,10 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
         break;
     case NGHTTP2_DATA:
         s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
-        if (s && (f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        if (s && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+            HS(s)->flags |= HS_PEER_END;
             kh_stream_on_body_end(s);
+        }
         break;
     case NGHTTP2_PING:
     case NGHTTP2_SETTINGS:
@@ -790,7 +812,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
 static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
 {
     h2_conn *h = ud;
-    kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
+    kh_stream *s = stream_of(h, ng, id);
     if (s == NULL)
         return 0;
     /* (no set_stream_user_data(NULL): with no closed streams kept, nghttp2 destroys the stream
@@ -818,14 +840,17 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
             count_frame(h, 1);
     }
     if (!((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
-          (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && id > 0 &&
-          nghttp2_session_get_stream_remote_close(ng, id) == 0))
+          (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && id > 0))
+        return 0;
+    /* the usual end: the request ended first (HS_PEER_END; when the flag is not set, as on an
+     * h2c upgrade's stream 1, nghttp2 is asked) */
+    kh_stream *s = stream_of(h, ng, id);
+    if ((s && (HS(s)->flags & HS_PEER_END)) || nghttp2_session_get_stream_remote_close(ng, id) != 0)
         return 0;
     /* RFC 9113 §8.1: a complete response before the whole request: the server may ask the
      * client to stop with RST_STREAM(NO_ERROR). When the rest of a declared body fits in the
      * window the client already has, we read and drop it instead: some clients (curl 7.88)
      * discard a response followed by that reset. */
-    kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
     int64_t left = -1;
     if (s && s->body_expected >= 0 && (uint64_t)s->body_expected >= HS(s)->rx)
         left = s->body_expected - (int64_t)HS(s)->rx;
@@ -1632,10 +1657,10 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
                          uint32_t *data_flags, nghttp2_data_source *src, void *ud)
 {
     (void)ng;
-    (void)id;
     h2_conn *h = ud;
     kh_stream *s = src->ptr;
     h2_stream *hs = HS(s);
+    h->rb_id = id, h->rb_stream = s;
     head_block_free(hs); /* HEADERS is out: DATA is asked for only after it */
     size_t avail = hs->buf.len - hs->off;
     if (avail == 0) {

@@ -181,6 +181,7 @@ struct kh_stream {
     char *arena;
     uint8_t version_major, version_minor;
     int8_t path_error; /* a KH_PATH_E* code when the path has no normal form (400), else 0 */
+    uint8_t arena_class; /* where arena goes back: a class of the worker's cache, or malloc */
     int status;        /* the response's */
     kh_addr peer;
     /* two small fields in the room after peer (8 bytes less per stream than ints of their
@@ -342,6 +343,9 @@ void kh_stream_hold(kh_stream *s);
  * KH_STREAM_F_COMPACT (kh_stream_header, the Lua accessors); method and path stay. Returns the compact stream, or s
  * when it cannot move. */
 kh_stream *kh_stream_compact(kh_stream *s);
+
+/* The worker's cache of request-head arena blocks back to malloc (the worker's end). */
+void kh_stream_arena_drain(kh_worker *w);
 
 /* ---- the response head of HTTP/2 and HTTP/3 (one builder for kh_h2 and kh_h3) ---- */
 

@@ -798,6 +798,7 @@ static void free_streams(kh_worker *w)
 {
     /* the pools' streams, and every kh_conn (all closed by now), are in the slabs' blocks */
     w->stream_pool = w->compact_pool = NULL;
+    kh_stream_arena_drain(w);
     kh_slab_destroy(&w->stream_slab);
     kh_slab_destroy(&w->compact_slab);
     kh_slab_destroy(&w->conn_slab);

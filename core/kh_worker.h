@@ -142,6 +142,9 @@ struct kh_worker {
     /* where kh_conn, kh_stream and compact streams come from (kh_slab.h: no malloc header
      * each); the stream pools above keep what was released, so streams never go back */
     kh_slab conn_slab, stream_slab, compact_slab;
+    /* request-head arena blocks released by streams, per size class (kh_stream.c, bounded) */
+    void *arena_free[2];
+    size_t arena_cached; /* bytes in arena_free */
     uint32_t next_conn_id, next_stream_id;
     uint64_t num_conns;     /* connections in the registry (conns) */
 

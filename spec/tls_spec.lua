@@ -129,6 +129,24 @@ describe("TLS", function()
             os.execute("rm -rf " .. sh_quote(dir))
         end)
 
+        it("sends a fresh ticket on every resumption, so a single-use client keeps resuming", function()
+            -- browsers use a TLS 1.3 ticket once: each resumed connection must bring the next one
+            local dir = tmpdir()
+            local out = s_client(srv, "-tls1_3 -sess_out " .. dir .. "/s0.pem")
+            assert.truthy(out:find("New, TLSv1.3", 1, true), out)
+            for i = 1, 3 do
+                local prev, cur = dir .. "/s" .. (i - 1) .. ".pem", dir .. "/s" .. i .. ".pem"
+                out = s_client(srv, "-tls1_3 -sess_in " .. prev .. " -sess_out " .. cur)
+                assert.truthy(out:find("Reused, TLSv1.3", 1, true), out)
+                assert.truthy(out:find("Post-Handshake New Session Ticket arrived", 1, true), out)
+                local a, b = io.open(prev):read("*a"), io.open(cur)
+                assert.truthy(b, "no session written after resumption " .. i)
+                assert.are_not.equal(a, b:read("*a"))
+                b:close()
+            end
+            os.execute("rm -rf " .. sh_quote(dir))
+        end)
+
         it("prefers TLS_AES_128_GCM_SHA256 and still serves and resumes a client's only suite", function()
             -- kh_tls.c prefer_aes128: OpenSSL's default order puts AES-256 first; we put
             -- AES-128-GCM first (a SHA-256 key schedule), and a client that offers one suite gets it

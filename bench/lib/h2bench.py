@@ -246,7 +246,7 @@ CG_ROWS = [
 
 
 def cmd_cgsplit(a):
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", a.file],
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--show=Ir", "--threshold=100", a.file],
                          capture_output=True, text=True).stdout
     inc = {}
     for line in out.splitlines():

@@ -183,6 +183,12 @@ static void test_head_build(void)
     kh_is_int(b.n, 3, "the app's server and date kept, not doubled; 304: no content-length");
     kh_ok(hb_has(&b, "server", "mine") && hb_has(&b, "date", "then") && b.no_data, "304");
     kh_stream_head_free(&b);
+    kh_stream_head_build(&b, s, 999, NULL, 0, 7);
+    kh_ok(hb_has(&b, ":status", "999"), ":status 999");
+    kh_stream_head_free(&b);
+    kh_stream_head_build(&b, s, 0, NULL, 0, 7);
+    kh_ok(hb_has(&b, ":status", "0"), "a status out of range as a number");
+    kh_stream_head_free(&b);
     kh_stream_head_build(&b, s, 200, NULL, 0, 0);
     kh_ok(b.no_data && hb_has(&b, "content-length", "0"), "length 0: no data");
     kh_stream_head_free(&b);
@@ -207,10 +213,50 @@ static void test_head_build(void)
     kh_stream_release(s);
 }
 
+/* kh_stream_set_head: header names lower-cased (a word at a time: every length from 0 to 40,
+ * every byte value at every place), values as given; the arena comes back through the worker's
+ * cache (blocks of two sizes, a larger head malloc'd) and kh_stream_hold's block goes to malloc. */
+static void test_set_head(void)
+{
+    char name[41], value[41];
+    int bad = 0;
+    for (size_t n = 0; n <= 40; n++)
+        for (int v = 0; v < 256; v += 1) {
+            kh_stream *s = kh_stream_open(&W, &rec_sink, &proto_token);
+            for (size_t i = 0; i < n; i++)
+                name[i] = (char)((i * 37 + (size_t)v * 11) & 0xff), value[i] = name[i];
+            if (n)
+                name[(size_t)v % n] = (char)v;
+            kh_header h[2] = {{{name, n}, {value, n}}, {KH_STR_LIT("X-Big"), {NULL, 0}}};
+            char big[1600];
+            memset(big, 'v', sizeof big);
+            /* every 4th head is past the cache's largest block: malloc'd */
+            h[1].value = (kh_str){big, (v & 3) == 3 ? sizeof big : (size_t)v};
+            kh_stream_set_head(s, KH_STR_LIT("GET"), KH_STR_LIT("/"), KH_STR_LIT("/"),
+                               (kh_str){NULL, 0}, KH_STR_LIT("h"), 2, 0, h, 2);
+            const kh_header *g = &s->headers[0];
+            for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)name[i];
+                char want = (char)(c >= 'A' && c <= 'Z' ? c | 0x20 : c);
+                bad += g->name.ptr[i] != want || g->value.ptr[i] != value[i];
+            }
+            bad += g->name.len != n || g->name.ptr[n] != '\0' || g->value.len != n;
+            bad += !kh_str_eq(s->headers[1].name, "x-big", 5) || s->headers[1].value.len != h[1].value.len;
+            if (v == 7)
+                kh_stream_hold(s); /* the held stream's small block: malloc'd, freed with it */
+            kh_stream_release(s);
+        }
+    kh_is_int(bad, 0, "names lower-cased, values kept, at every length and byte");
+    kh_ok(W.arena_cached > 0 && W.arena_free[0] != NULL, "arenas back in the worker's cache");
+    kh_stream_arena_drain(&W);
+    kh_ok(W.arena_cached == 0 && W.arena_free[0] == NULL && W.arena_free[1] == NULL, "drained");
+}
+
 int main(void)
 {
     setup();
     test_compact();
+    test_set_head();
     kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain")};
     int count, at;
 

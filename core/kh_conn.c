@@ -741,8 +741,12 @@ static void write_cb(uv_write_t *req, int status)
  * unacknowledged (Linux: Minshall's variant), so a connection's first write always leaves at
  * once; a later one could wait for the client's delayed ACK (up to 40 ms). So TCP_NODELAY is
  * set just before a connection's second write, as nginx sets it when a connection goes
- * keep-alive: a `Connection: close` exchange (one write) spares the setsockopt. Bytes handed to
- * libuv (uv_write) may leave in several writes: TCP_NODELAY goes first then too. */
+ * keep-alive: a `Connection: close` exchange (one write) spares the setsockopt. A connection's
+ * last write (write_out's `last`: the FIN follows at once) spares it too: shutdown(2) and
+ * close(2) push what Nagle would hold with the FIN (Linux tcp_send_fin: TCP_NAGLE_OFF); over
+ * TLS that is the response after the handshake flight (s_time -new/-reuse: one setsockopt
+ * fewer per connection). Bytes handed to libuv (uv_write) may leave in several writes:
+ * TCP_NODELAY goes first then too. */
 static void set_nodelay(kh_conn *c)
 {
     int one = 1;
@@ -750,11 +754,11 @@ static void set_nodelay(kh_conn *c)
     c->flags |= KH_CONN_F_NODELAY;
 }
 
-static void before_write(kh_conn *c)
+static void before_write(kh_conn *c, int last)
 {
     if (KH_LIKELY(c->flags & KH_CONN_F_NODELAY))
         return;
-    if (c->flags & KH_CONN_F_WROTE)
+    if ((c->flags & KH_CONN_F_WROTE) && !last)
         set_nodelay(c);
     c->flags |= KH_CONN_F_WROTE;
 }
@@ -788,13 +792,16 @@ static void write_out(kh_conn *c, int batch)
     }
     if (src->len == 0)
         return;
-    /* TLS, the connection's last bytes (the protocol has nothing more: close_after_write, no
-     * batch): close_notify joins them now rather than in a send of its own after them
+    /* The connection's last bytes: the protocol has nothing more (close_after_write, no batch,
+     * no file body, over TLS all plaintext encrypted), and if this write takes them all,
+     * kh__conn_flush ends the connection right after it (close, or shutdown and linger). */
+    int last = !batch && (c->flags & KH_CONN_F_CLOSE_AFTER_WRITE) && !files(c) &&
+               (c->tls == NULL || c->out.len == 0);
+    /* TLS: close_notify joins them now rather than in a send of its own after them
      * (kh__conn_flush; RFC 8446 §6.1): one sendto and one segment fewer per closed connection */
-    if (c->tls && !batch && (c->flags & KH_CONN_F_CLOSE_AFTER_WRITE) && c->out.len == 0 &&
-        !files(c))
+    if (last && c->tls)
         kh_tls_close_notify(c->tls);
-    before_write(c);
+    before_write(c, last);
     int n;
     if (batch)
         n = 0;

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # bench/startup.sh - start-up: exec of the server -> its first answered request, cleartext and
-# with a TLS listener (issue 15 item 5), against the floor (/bin/true spawned and polled the same
-# way), plus the load-independent parts: callgrind instruction counts from exec to the first
+# with a TLS listener (issue 15 item 5), against two floors: /bin/true spawned the same way (its
+# exit polled), and a C server polled exactly as khamsin is (bench/lib/startup_floor.c: listen,
+# accept, answer the same 13 bytes; built here with cc), plus the load-independent parts: callgrind instruction counts from exec to the first
 # request reaching Lua (bench/apps/first_answer.lua exits there) and where they go, and the page
 # faults on that way, by phase and by mapping (cleartext; bench/lib/startupfaults.py).
 #
 #   bench/startup.sh                 # RUNS=20 (each run alternates floor, then every case)
 #   RUNS=5 PARTS=wall bench/startup.sh
 #   PARTS=faults bench/startup.sh    # page faults only (needs perf and tracefs: root)
+#   PARTS=counts bench/startup.sh    # faults, syscalls, threads, shared objects per case, beside
+#                                    # both floors (needs perf and strace)
 #
 # The instruction counts end with the first request in Lua, which _exits (atexit handlers such
 # as OPENSSL_cleanup are not counted; before 2026-12-02 they were, ~1.4 M with TLS).
 # Cases: khamsin (cleartext, polled with GET /), khamsin-tls (--tls-cert/--tls-key, ECDSA P-256,
 # polled over TLS 1.3: a full handshake, then GET /), khamsin-ss-tls (--tls-self-signed, over TLS).
-# Env: KHAMSIN_BIN (default build-release/khamsin, built if missing) RUNS=20 PARTS="wall ir faults"
-#   SERVER_CORE=1 CLIENT_CORE=0 PORT=23290. Needs /usr/bin/python3, valgrind (PARTS=ir), curl.
+# Env: KHAMSIN_BIN (default build-release/khamsin, built if missing) RUNS=20
+#   PARTS="wall counts ir faults" SERVER_CORE=1 CLIENT_CORE=0 PORT=23290 COUNT_RUNS=20 (perf stat
+#   runs per case, PARTS=counts). Needs /usr/bin/python3, cc, valgrind (PARTS=ir), curl.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -22,7 +26,7 @@ PY=/usr/bin/python3
 . bench/lib/common.sh
 BIN=${KHAMSIN_BIN:-build-release/khamsin}
 RUNS=${RUNS:-20}
-PARTS=${PARTS:-"wall ir faults"}
+PARTS=${PARTS:-"wall counts ir faults"}
 SERVER_CORE=${SERVER_CORE:-1}
 CLIENT_CORE=${CLIENT_CORE:-0}
 PORT=${PORT:-23290}
@@ -34,6 +38,8 @@ STAMP=$(date +%Y%m%d-%H%M%S)
 RESULT=bench/results/startup-$STAMP.txt
 TMP=$(mktemp -d /tmp/khbench-startup.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+FLOOR=$TMP/startup_floor # the second floor (see the header)
+cc -O2 -o "$FLOOR" bench/lib/startup_floor.c
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TMP/key.pem" \
   -out "$TMP/cert.pem" -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
 COMMON="--workers 1 --log-level warn"
@@ -70,7 +76,16 @@ parts = [  # (label, function): inclusive, so a part includes the lines indented
     ("kh_tls_ctx_new: certificate chain + key", "load_pair"),
     ("  of it: certificate (public key through a decoder)", "PEM_read_bio_X509_AUX"),
     ("kh_tls_ctx_new: self-signed P-256 key + certificate", "self_signed"),
+    ("ld.so before main: mapping, relocations", "_dl_start"),
+    ("lazy binding: first call of each libc function", "_dl_fixup"),
+    ("main, all of it (worker 0 load included)", "main"),
     ("worker 0: Lua state + app load", "kh_worker_load_here"),
+    ("  of it: the Lua standard libraries", "luaL_openlibs"),
+    ("  of it: the khamsin.core table of C functions", "open_core"),
+    ("  of it: the khamsin modules (bytecode, main chunks; the core table in it)", "load_module"),
+    ("  of it: the FFI, first use (ctype state)", "luaopen_ffi"),
+    ("  of it: ffi.cdef (khamsin and the app)", "lj_cf_ffi_cdef"),
+    ("  of it: collector steps", "lj_gc_step"),
     ("first TLS handshake (SSL_do_handshake)", "SSL_do_handshake"),
     ("exit handlers (not counted: first_answer.lua _exits)", "OPENSSL_cleanup"),
 ]
@@ -95,15 +110,38 @@ for label, fn in parts:
   if [[ " $PARTS " == *" wall "* ]]; then
     echo
     echo "## Wall clock: exec (pinned to core $SERVER_CORE) -> first 200 'Hello, World!', polled every 0.2 ms from core $CLIENT_CORE; $RUNS runs, each alternating floor, khamsin, khamsin-tls, khamsin-ss-tls"
-    echo "   floor: /bin/true spawned the same way, its exit polled at the same cadence; -tls cases poll over TLS 1.3 (python ssl: a full handshake, then GET /)"
+    echo "   floor: /bin/true spawned the same way, its exit polled at the same cadence; floor-server: a C server (bench/lib/startup_floor.c) polled exactly as khamsin is; -tls cases poll over TLS 1.3 (python ssl: a full handshake, then GET /)"
     $PY bench/lib/startupbench.py --runs "$RUNS" --port "$PORT" --server-core "$SERVER_CORE" \
       --client-core "$CLIENT_CORE" --json "$TMP/wall.jsonl" --log "$TMP/wall.log" \
-      "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua" "khamsin-ss-tls=$SS bench/apps/hello.lua"
+      "floor-server=$FLOOR PORT" "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua" "khamsin-ss-tls=$SS bench/apps/hello.lua"
     echo "   (load average now $(cut -d' ' -f1-3 /proc/loadavg): on a busy box every figure, the floor too, grows; compare the '- floor' column and the instruction counts below)"
     echo "   the client's own share of those figures: one poll (new connection; -tls: a full TLS 1.3 handshake; then GET /) of a server already running"
     $PY bench/lib/startupbench.py --warm-gets "${WARM_GETS:-300}" --port "$PORT" --server-core "$SERVER_CORE" \
       --client-core "$CLIENT_CORE" --log "$TMP/wall.log" \
       "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua"
+  fi
+  if [[ " $PARTS " == *" counts "* ]]; then
+    echo
+    echo "## Counts (load-independent): exec -> the first request (khamsin: bench/apps/first_answer.lua exits there; floor-server --once exits after its answer)"
+    if command -v perf >/dev/null && command -v strace >/dev/null; then
+      $PY bench/lib/startupcounts.py --port "$PORT" --runs "${COUNT_RUNS:-20}" "true=/bin/true" \
+        "floor-server=$FLOOR PORT --once" "khamsin=$CLEAR bench/apps/first_answer.lua"
+      if command -v valgrind >/dev/null; then
+        # the floor's instructions, to set beside khamsin's in the next part
+        valgrind --tool=callgrind --callgrind-out-file="$TMP/cg-floor.out" "$FLOOR" "$PORT" --once >/dev/null 2>&1 &
+        fpid=$!
+        for ((i = 0; i < 600; i++)); do
+          kill -0 "$fpid" 2>/dev/null || break
+          curl -s --max-time 60 -o /dev/null "http://127.0.0.1:$PORT/" || true
+          sleep 0.1
+        done
+        wait "$fpid" || true
+        printf '  floor-server: %s Ir (callgrind, exec -> exit after its first answer)\n' \
+          "$(awk '/^summary:|^totals:/ {print $2; exit}' "$TMP/cg-floor.out")"
+      fi
+    else
+      echo "  (skipped: needs perf and strace)"
+    fi
   fi
   if [[ " $PARTS " == *" ir "* ]]; then
     command -v valgrind >/dev/null || { echo "PARTS=ir needs valgrind"; exit 1; }
@@ -113,7 +151,7 @@ for label, fn in parts:
     SCHEME=https; ir_tls=$(ir_case tls --listen "tls://127.0.0.1:$PORT" --tls-cert "$TMP/cert.pem" --tls-key "$TMP/key.pem")
     SCHEME=https; ir_ss=$(ir_case ss --listen "tls://127.0.0.1:$PORT" --tls-self-signed)
     printf '  %-16s %12s Ir\n' khamsin "$ir_clear" khamsin-tls "$ir_tls" khamsin-ss-tls "$ir_ss"
-    for c in tls ss; do
+    for c in clear tls ss; do
       echo "  where khamsin-$c's go (inclusive):"
       breakdown "$TMP/cg-$c.out"
     done

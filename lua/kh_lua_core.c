@@ -555,6 +555,38 @@ static int l_now(lua_State *L)
     return 1;
 }
 
+/* The core table's size: 125 fields today (its functions and those every kh__lua_open_* adds).
+ * Made at that size, it is never rehashed while it fills: grown from empty it was rehashed 8
+ * times, ~45,000 of the ~120,000 instructions of its making, at every state's start. More
+ * fields than this only cost one rehash. */
+#define KH_CORE_FIELDS 128
+
+/* The groups no request of a plain app touches (the HTTP client, sockets, WebSocket, shared
+ * dictionaries, streams, multipart, files): their functions are added on the first read of a
+ * field the table does not have (its __index, then dropped), i.e. when a module that uses
+ * them (khamsin.http, .socket, .websocket, .shared, .stream, .sse, .static, .multipart, ...)
+ * captures its first one. ~85,000 instructions and ~60 closures off every state's start
+ * (bench/startup.sh PARTS=ir); each group's metatables (sockets, files, codecs) are made with
+ * it, before any of its objects can exist. */
+static int open_rest(lua_State *L)
+{
+    kh_lua *K = K_UPVALUE(L);
+    lua_settop(L, 2); /* (core, key) */
+    lua_pushnil(L);
+    lua_setmetatable(L, 1);
+    lua_pushvalue(L, 1);
+    kh__lua_open_shared(L, K);
+    kh__lua_open_socket(L, K);
+    kh__lua_open_http(L, K);
+    kh__lua_open_stream(L, K);
+    kh__lua_open_multipart(L, K);
+    kh__lua_open_fs(L, K);
+    kh__lua_open_ws(L, K); /* WebSocket codec (kh_lua_ws.c) */
+    lua_pop(L, 1);
+    lua_rawget(L, 1); /* the key asked for, nil if no group has it either */
+    return 1;
+}
+
 static int open_core(lua_State *L)
 {
     static const luaL_Reg fns[] = {
@@ -566,7 +598,7 @@ static int open_core(lua_State *L)
         {"fallback", l_fallback}, {"route_of", l_route_of},
         {NULL, NULL},
     };
-    lua_newtable(L);
+    lua_createtable(L, 0, KH_CORE_FIELDS);
     for (const luaL_Reg *f = fns; f->name; f++) {
         lua_pushvalue(L, lua_upvalueindex(1));
         lua_pushcclosure(L, f->func, 1);
@@ -574,19 +606,17 @@ static int open_core(lua_State *L)
     }
     kh_lua *K = K_UPVALUE(L);
     kh__lua_open_wait(L, K);
-    kh__lua_open_shared(L, K);
-    kh__lua_open_socket(L, K);
-    kh__lua_open_http(L, K);
-    kh__lua_open_stream(L, K);
     kh__lua_open_json(L);
     kh__lua_open_sign(L);
-    kh__lua_open_multipart(L, K);
-    kh__lua_open_fs(L, K);
-    kh__lua_open_ws(L, K); /* WebSocket codec (kh_lua_ws.c) */
     lua_pushboolean(L, K->dev);
     lua_setfield(L, -2, "dev");
     lua_pushlightuserdata(L, KH_YIELD);
     lua_setfield(L, -2, "YIELD");
+    lua_createtable(L, 0, 1);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushcclosure(L, open_rest, 1);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, -2);
     return 1;
 }
 

@@ -142,20 +142,47 @@ static char *loaded_files_list(lua_State *L, const char *script)
  * allocator (lj_alloc.c, a dlmalloc) takes its first 128 KiB (DEFAULT_GRANULARITY) of anonymous
  * memory in luaL_newstate and keeps its own state at the start of it: that state is the `ud`
  * lua_getallocf returns. A worker's state fills all of it while khamsin's modules and the app
- * load (~140 KiB live after a hello-world app), one page fault per 4 KiB page touched; faulting
- * the rest in with one MADV_POPULATE_WRITE costs about half as much per page on the VMs
- * measured (12.5 us a fault, 6.7 us a populated page: 27 fewer faults from exec to the first
- * answer). Where that does not hold (LuaJIT with the system allocator: no ud; a kernel before
- * 5.14: EINVAL) the pages fault in as before. */
-static void populate_first_arena(lua_State *L)
+ * load (~170 KiB allocated by the first request of a hello-world app), one page fault per 4 KiB
+ * page touched; faulting the rest in with one MADV_POPULATE_WRITE costs about half as much per
+ * page on the VMs measured (12.5 us a fault, 6.7 us a populated page: 27 fewer faults from exec
+ * to the first answer). Where that does not hold (LuaJIT with the system allocator: no ud; a
+ * kernel before 5.14: EINVAL) the pages fault in as before.
+ * The state outgrows that arena by ~50 KiB, which came from a second 128 KiB segment the
+ * allocator maps when a request does not fit, page fault by page fault (16 of them). So that
+ * segment is made now: one allocation bigger than what is left of the first arena (and below
+ * the allocator's 128 KiB threshold for a mapping of its own) makes the allocator map it, and is
+ * freed. Then the allocator serves small requests from its free chunk first and from its top
+ * last (dlmalloc), and which is which depends on where the kernel put the segment: just below
+ * the first arena (what Linux does, top-down; the segments merge) leaves the new 128 KiB as the
+ * free chunk and the first arena's rest as the top; just above, or apart, the first arena's
+ * rest is used first and the new segment is (or extends) the top. The 128 KiB used first and the
+ * first KH_LUA_POPULATE_NEXT bytes of the other are populated: 48 pages, about what a small
+ * app's state touches by its first request (bench/startup.sh PARTS=counts). */
+#define KH_LUA_ARENA (128 * 1024)
+#define KH_LUA_POPULATE_NEXT (64 * 1024)
+static void populate_arenas(lua_State *L)
 {
 #ifdef MADV_POPULATE_WRITE
     void *ud = NULL;
-    lua_getallocf(L, &ud);
+    lua_Alloc f = lua_getallocf(L, &ud);
     uintptr_t a = (uintptr_t)ud;
     if (a == 0 || (a & 4095) > 64) /* not a state just past a page-aligned mapping's start */
         return;
-    (void)madvise((void *)(a & ~(uintptr_t)4095), 128 * 1024, MADV_POPULATE_WRITE);
+    uintptr_t arena = a & ~(uintptr_t)4095;
+    size_t n = KH_LUA_ARENA - 8 * 1024; /* more than is left after the state's own ~12 KiB */
+    void *p = f(ud, NULL, 0, n);
+    uintptr_t pa = (uintptr_t)p, first = arena, next = 0;
+    if (p && (pa & ~(uintptr_t)4095) + KH_LUA_ARENA == arena) {
+        first = pa & ~(uintptr_t)4095; /* just below, merged: the new 128 KiB is used first */
+        next = arena;
+    } else if (p && pa + n > arena + KH_LUA_ARENA) { /* above or apart: the new one is the top */
+        next = pa >= arena + KH_LUA_ARENA ? pa & ~(uintptr_t)4095 : arena + KH_LUA_ARENA;
+    } /* else: it fit in the first arena (a smaller state), no memory, or a segment apart below
+       * (the first arena's rest is used first): the first arena only */
+    if (madvise((void *)first, KH_LUA_ARENA, MADV_POPULATE_WRITE) == 0 && next)
+        (void)madvise((void *)next, KH_LUA_POPULATE_NEXT, MADV_POPULATE_WRITE);
+    if (p)
+        f(ud, p, n, 0);
 #else
     (void)L;
 #endif
@@ -187,12 +214,18 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
         return -1;
     }
     K->L = L;
-    populate_first_arena(L);
+    populate_arenas(L);
     /* No collection while khamsin sets its own part of the state up (the libraries, the core
-     * functions, khamsin.coroutine): it makes next to no garbage, and the incremental steps
-     * that a young heap's low threshold triggered cost ~180,000 of the ~1.25 M instructions
-     * from exec to the first request. Restarted before the app's script runs, with the
-     * threshold a finished cycle would have set (LuaJIT: total * pause, i.e. twice the heap). */
+     * functions, khamsin.coroutine, then khamsin itself with khamsin.request, .response and
+     * .errors): it makes next to no garbage, and the incremental steps that a young heap's low
+     * threshold triggered cost ~180,000 of the ~1.25 M instructions from exec to the first
+     * request; khamsin's own modules, when they loaded under the app's require, ran one more
+     * cycle (~70,000). Restarted before the app's script runs, with the threshold a finished
+     * cycle would have set (LuaJIT: total * pause, i.e. twice the heap). khamsin is loaded
+     * before the app's script, as it would be by the app's first require "khamsin" (and by the
+     * runner's just after the script, for an app that does not require it): the same modules
+     * load, from the same path, only earlier, so they see Lua's own globals even where the app
+     * replaced one before its require. */
     lua_gc(L, LUA_GCSTOP, 0);
     luaL_openlibs(L);
     kh__lua_set_path(L, w->cfg->script);
@@ -206,6 +239,13 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
     lua_pushliteral(L, "khamsin.coroutine");
     if (lua_pcall(L, 1, 0, 0) != 0) {
         snprintf(err, errlen, "loading khamsin.coroutine: %s", lua_tostring(L, -1));
+        state_free(K);
+        return -1;
+    }
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "khamsin");
+    if (lua_pcall(L, 1, 0, 0) != 0) {
+        snprintf(err, errlen, "loading khamsin: %s", lua_tostring(L, -1));
         state_free(K);
         return -1;
     }

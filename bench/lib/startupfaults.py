@@ -26,7 +26,7 @@ import time
 
 MARKS = ["rt_sigaction", "listen", "clone3", "epoll_wait", "accept4", "exit_group"]
 PHASES = [  # (name, the mark that ends it)
-    ("exec -> main: ld.so, libc, libm", "rt_sigaction"),
+    ("exec -> main: ld.so, libc", "rt_sigaction"),
     ("main -> listening: options, sockets", "listen"),
     ("-> supervisor thread created", "clone3"),
     ("-> worker 0 loop: Lua state, app", "epoll_wait"),

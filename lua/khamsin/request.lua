@@ -114,10 +114,11 @@ local req_str
 do
     local ffi = require "ffi"
     local C = ffi.C
-    if not pcall(function() return C.kh_lua_req_str end) then
-        pcall(ffi.cdef, [[const char *kh_lua_req_str(uintptr_t p, uint32_t gen, int which,
-            size_t *len);]])
-    end
+    -- declared without asking first: a missing declaration is an error, and an error thrown
+    -- unwinds through DWARF (~25,000 instructions and 1-3 page faults of .eh_frame at every
+    -- state's start); declaring a function again is none (the pcall is for anything else)
+    pcall(ffi.cdef, [[const char *kh_lua_req_str(uintptr_t p, uint32_t gen, int which,
+        size_t *len);]])
     local ok = pcall(function() return C.kh_lua_req_str end)
     if ok then
         local len, ffistring = ffi.new("size_t[1]"), ffi.string
@@ -151,14 +152,13 @@ local req_headers
 do
     local ffi = require "ffi"
     local C = ffi.C
-    if not pcall(function() return C.kh_lua_req_headers end) then
-        if not pcall(ffi.typeof, "kh_lua_hdr") then -- khamsin.response declares it too
-            pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
-                const char *value; size_t vlen; } kh_lua_hdr;]])
-        end
-        pcall(ffi.cdef, [[int kh_lua_req_headers(uintptr_t p, uint32_t gen, kh_lua_hdr *out,
-            int max);]])
-    end
+    -- declared without asking first (as kh_lua_req_str above: each "no" is an error thrown).
+    -- The type on its own, since a cdef that redeclares it fails whole: this module loads
+    -- before khamsin.response, which declares it too (asking, where the answer is yes)
+    pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
+        const char *value; size_t vlen; } kh_lua_hdr;]])
+    pcall(ffi.cdef, [[int kh_lua_req_headers(uintptr_t p, uint32_t gen, kh_lua_hdr *out,
+        int max);]])
     if pcall(function() return C.kh_lua_req_headers end) then
         local ffistring, hdr_array, tnew = ffi.string, ffi.typeof("kh_lua_hdr[?]"), require "table.new"
         local function put(h, e)
@@ -174,13 +174,18 @@ do
         -- exit returns to the interpreter, so that the rest of the handler ran there.
         -- bench/callgrind.sh, wrk -c64, APP=bench/apps/hello_headers.lua, instructions per
         -- request with wrk's one field / HEADERS=browser (10 fields): see the commit message.
+        -- Made by the first req.headers, not as the module loads: parsing it costs ~200,000
+        -- instructions, which every state paid on its way to its first answer (bench/startup.sh).
         local UNROLL = 24
-        local src = { "local put = ... return function(h, buf, n) " }
-        for i = 0, UNROLL - 1 do
-            src[#src + 1] = ("if n <= %d then return end put(h, buf[%d]) "):format(i, i)
+        local fill
+        local function make_fill()
+            local src = { "local put = ... return function(h, buf, n) " }
+            for i = 0, UNROLL - 1 do
+                src[#src + 1] = ("if n <= %d then return end put(h, buf[%d]) "):format(i, i)
+            end
+            src[#src + 1] = ("for i = %d, n - 1 do put(h, buf[i]) end end"):format(UNROLL)
+            fill = assert(loadstring(table.concat(src), "=khamsin.request.fill"))(put)
         end
-        src[#src + 1] = ("for i = %d, n - 1 do put(h, buf[i]) end end"):format(UNROLL)
-        local fill = assert(loadstring(table.concat(src), "=khamsin.request.fill"))(put)
         -- one array per state, refilled by each call; grown for a request with more fields.
         -- The only Lua that can run between the fill and the copies is a __gc finalizer (a GC
         -- step on an allocation), which might read another request's headers: such a nested
@@ -197,6 +202,7 @@ do
                 n = C.kh_lua_req_headers(p, gen, buf, cap)
             end
             local h = tnew(0, n)
+            if not fill then make_fill() end
             fill(h, buf, n)
             busy = false
             return h

@@ -28,16 +28,15 @@ local respond_fast, fast_h
 do
     local ffi = require "ffi"
     local C = ffi.C
-    if not pcall(function() return C.kh_lua_respond_fast end) then
-        -- the type on its own: khamsin.request declares it too (req.headers), and a cdef that
-        -- redeclares it fails whole
-        if not pcall(ffi.typeof, "kh_lua_hdr") then
-            pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
-                const char *value; size_t vlen; } kh_lua_hdr;]])
-        end
-        pcall(ffi.cdef, [[int kh_lua_respond_fast(uint32_t gen, int status, const char *body,
-            size_t blen, const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh);]])
+    -- declared without asking first whether the function is (the question, when the answer
+    -- is no, costs an error thrown: see req_str in khamsin.request). The type on its own, since
+    -- a cdef that redeclares it fails whole: khamsin.request, loaded first, declared it
+    if not pcall(ffi.typeof, "kh_lua_hdr") then
+        pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
+            const char *value; size_t vlen; } kh_lua_hdr;]])
     end
+    pcall(ffi.cdef, [[int kh_lua_respond_fast(uint32_t gen, int status, const char *body,
+        size_t blen, const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh);]])
     local ok, f = pcall(function() return C.kh_lua_respond_fast end)
     if ok then
         respond_fast = f

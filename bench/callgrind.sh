@@ -10,6 +10,7 @@
 #   SERVER=nginx-lua REQUESTS=20000 CONNS=64 bench/callgrind.sh  # the anchor, same load (issue 15)
 #   APP=bench/apps/hello_headers.lua bench/callgrind.sh   # another app; its nginx counterpart:
 #   SERVER=nginx-lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/callgrind.sh
+#   KHAMSIN_ARGS="--request-id-header 0" bench/callgrind.sh  # more khamsin options (split on spaces)
 #   HEADERS=browser APP=bench/apps/hello_headers.lua bench/callgrind.sh  # each request also
 #                                           # carries a browser's 9 header fields (BROWSER_HEADERS
 #                                           # below; HEADERS='A: 1|B: 2' others), h1 and h2 alike
@@ -36,6 +37,7 @@ CONNS=${CONNS:-}
 SERVER=${SERVER:-khamsin}
 APP=${APP:-bench/apps/hello.lua}
 INCLUSIVE=${INCLUSIVE:-0}
+KHAMSIN_ARGS=${KHAMSIN_ARGS:-}
 # What Firefox sends for a page, less Host (the client's own) and cookies: 9 fields, 350 bytes.
 BROWSER_HEADERS='User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0|Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8|Accept-Language: en-US,en;q=0.5|Accept-Encoding: gzip, deflate, br|Connection: keep-alive|Upgrade-Insecure-Requests: 1|Sec-Fetch-Dest: document|Sec-Fetch-Mode: navigate|Sec-Fetch-Site: none'
 HEADERS=${HEADERS:-}
@@ -89,7 +91,8 @@ http {
 NGX
   SERVER_CMD=(nginx -p "$TMP/ngx/" -c "$TMP/ngx/nginx.conf" -e "$TMP/ngx/error.log")
 elif [[ $SERVER == khamsin ]]; then
-  SERVER_CMD=("$BIN" --workers 1 --pool-threads 1 --listen "127.0.0.1:$PORT" --log-level warn "$APP")
+  # shellcheck disable=SC2206 # KHAMSIN_ARGS: more options, split on spaces
+  SERVER_CMD=("$BIN" --workers 1 --pool-threads 1 --listen "127.0.0.1:$PORT" --log-level warn $KHAMSIN_ARGS "$APP")
 else
   echo "SERVER is khamsin or nginx-lua" >&2; exit 1
 fi
@@ -132,7 +135,7 @@ base=$(total_ir "$TMP/base.out")
 load=$(total_ir "$TMP/load.out")
 if [[ -n $KEEP ]]; then mkdir -p "$KEEP" && cp "$TMP/base.out" "$TMP/load.out" "$KEEP/"; fi
 echo "server:   $SERVER: ${SERVER_CMD[*]}"
-[[ $SERVER == khamsin ]] && echo "binary:   $BIN ($(git rev-parse --short HEAD))"
+[[ $SERVER == khamsin ]] && echo "binary:   $BIN ($(git rev-parse --short HEAD))${KHAMSIN_ARGS:+ $KHAMSIN_ARGS}"
 echo "command:  SERVER=$SERVER PROTO=$PROTO REQUESTS=$REQUESTS CONNS=$CONNS SECONDS_LOAD=$SECONDS_LOAD WARMUP_SECONDS=$WARMUP_SECONDS APP=$APP${HEADERS:+ HEADERS='$HEADERS'} bench/callgrind.sh"
 echo "start+stop only: $base Ir ($base_req request)$( ((WARMUP_SECONDS > 0)) && echo ', counted from the zeroing: the stop')"
 echo "with load:       $load Ir ($load_req requests)"

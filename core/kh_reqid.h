@@ -1,4 +1,5 @@
-/* kh_reqid.h: a request's id (req.id, the X-Request-Id response header, the access log).
+/* kh_reqid.h: a request's id (req.id, the X-Request-Id response header unless limit
+ * request_id_header is 0, the access log).
  * The client's (first) X-Request-Id when it is sane: 1 to KH_REQID_MAX bytes of visible ASCII
  * (0x21 to 0x7e); else one made here: "<8 hex digits, random per process>-<worker>-<the
  * stream's per-worker number>". Both are computed from the stream, so every caller gets the same

@@ -535,7 +535,8 @@ static int header_ok(const kh_header *h)
  * from running a text/plain or JSON body as a script (Django sends it by default too). Decided
  * here, once, for every protocol: the sinks just encode what they get. */
 /* The head with the headers the engine adds, each unless h already has that field:
- * X-Request-Id (kh_reqid) on every response; on a KH_STREAM_F_TLS stream also
+ * X-Request-Id (kh_reqid) on every response unless limit request_id_header is 0 (a handler's own
+ * X-Request-Id still goes out: it is just one of h); on a KH_STREAM_F_TLS stream also
  * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options (tls_nosniff), and
  * Alt-Svc when the sink has one to advertise (h1/h2 with --http3: kh_conn_alt_svc). */
 static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t n,
@@ -543,7 +544,8 @@ static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t 
 {
     const kh_limits *l = s->worker->limits;
     int tls = (s->flags & KH_STREAM_F_TLS) != 0;
-    int hsts = tls && l->hsts_max_age != 0, nosniff = tls && l->tls_nosniff != 0, rid = 1;
+    int hsts = tls && l->hsts_max_age != 0, nosniff = tls && l->tls_nosniff != 0;
+    int rid = l->request_id_header != 0;
     const char *alt = tls && s->sink->alt_svc ? s->sink->alt_svc(s) : NULL;
     for (size_t i = 0; i < n; i++) {
         if (h[i].name.len == 12 && kh_str_ieq_lower(h[i].name, "x-request-id", 12))

@@ -229,7 +229,8 @@ function fields.params(req)
 end
 
 -- req.id: the client's X-Request-Id when sane, else one the engine made (core/kh_reqid.h); the
--- same id goes back in the X-Request-Id response header and into the access log
+-- same id goes back in the X-Request-Id response header (unless limit request_id_header is 0)
+-- and into the access log
 function fields.id(req)
     local id = core.request_id(rawget(req, "_s"), rawget(req, "_g"))
     rawset(req, "id", id)

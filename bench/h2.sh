@@ -248,6 +248,10 @@ main() {
     if [[ " $SERVERS " == *" lighttpd "* ]]; then
       bench_summary "$TMP/load.jsonl" --metric req_per_cpu_s --metric rps --anchor lighttpd \
         --label "h2c hello vs lighttpd (h2load -c $CONNS -m $STREAMS)"
+      if [[ " $SERVERS " == *" khamsin-noid "* ]]; then
+        bench_summary "$TMP/load.jsonl" --metric req_per_cpu_s --metric rps --subject khamsin-noid --anchor lighttpd \
+          --label "h2c hello vs lighttpd, khamsin --request-id-header 0 (h2load -c $CONNS -m $STREAMS)"
+      fi
     fi
     echo
   fi

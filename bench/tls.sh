@@ -14,6 +14,8 @@
 #          server CPU-second. -www makes s_time read the answer, and with it the TLS 1.3 ticket
 #          (without it no connection resumes, on any server). The clients share one core and
 #          are the bottleneck: per server CPU-second is the figure to compare
+#   syscalls (not in the default PARTS) every syscall of the server per connection accepted,
+#          strace -f -c while one `openssl s_time -new` / `-reuse` runs SC_SECONDS (3): counts
 #   idle   PSS delta of the server over IDLE_CONNS idle TLS connections (one GET each, then
 #          idle), bytes per connection; khamsin cleartext too, for the cost of TLS itself
 #
@@ -239,6 +241,45 @@ if has "$PARTS" hs; then
     has "$SERVERS" $a || continue
     bench_summary "$TMP/hs.jsonl" --metric hs_per_cpu --group mode --anchor $a --summary /dev/null >"$TMP/sum.txt"
     log "$(cat "$TMP/sum.txt")"
+  done
+  log ""
+fi
+
+# ---------------------------------------------------------------- syscalls ---
+# Counts, not rates: every call of every process of the server (strace -f -c), divided by the
+# connections it accepted, while one s_time client makes connections for SC_SECONDS.
+if has "$PARTS" syscalls; then
+  SC_SECONDS=${SC_SECONDS:-3}
+  log "## Syscalls per connection: strace -f -c on every process of the server while one 'openssl s_time -new|-reuse -www / -time $SC_SECONDS' runs; all calls (epoll_wait, OpenSSL's getpid included) / successful accept4 calls"
+  for mode in new reuse; do
+    for s in $SERVERS; do
+      port=$(port_of "$s")
+      start_server "$s"
+      sargs=(-p "$SPID")
+      for k in $(pgrep -P "$SPID" 2>/dev/null || true); do sargs+=(-p "$k"); done
+      strace -f -c -o "$TMP/sc.txt" "${sargs[@]}" 2>/dev/null &
+      stp=$!
+      sleep 0.5
+      taskset -c "$WRK_CORE" openssl s_time -connect "127.0.0.1:$port" -"$mode" -www / -time "$SC_SECONDS" >/dev/null 2>&1 || true
+      sleep 0.2
+      kill -INT "$stp" 2>/dev/null || true
+      wait "$stp" 2>/dev/null || true
+      stop_server "$SPID"
+      # strace -c rows: % time, seconds, usecs/call, calls, [errors], syscall
+      log "  $(awk -v s="$s" -v m="$mode" '
+        $NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "total" {
+          calls[$NF] = $4; err = (NF == 6) ? $5 : 0; errs[$NF] = err; tot += $4 }
+        END {
+          c = calls["accept4"] - errs["accept4"]
+          if (c <= 0) { printf "%-16s -%-5s no connection accepted", s, m; exit }
+          printf "%-16s -%-5s %6d connections: %5.2f syscalls per connection (", s, m, c, tot / c
+          n = 0
+          for (k in calls) order[++n] = k
+          for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (calls[order[j]] > calls[order[i]]) { t = order[i]; order[i] = order[j]; order[j] = t }
+          for (i = 1; i <= n && i <= 8; i++) printf "%s%s %.2f", (i > 1 ? ", " : ""), order[i], calls[order[i]] / c
+          printf ")"
+        }' "$TMP/sc.txt")"
+    done
   done
   log ""
 fi

@@ -12,12 +12,7 @@ local TOTAL, CONCURRENT = 3000, 1000
 
 local sh = require("spec.helpers.shell").out
 
-local function free_port()
-    local s = assert(socket.bind("127.0.0.1", 0))
-    local _, port = s:getsockname()
-    s:close()
-    return port
-end
+local free_port = server.free_port
 
 local APP = [[
 local k = require "khamsin"

@@ -5,7 +5,6 @@
 local server = require "spec.helpers.server"
 local upstream = require "spec.helpers.upstream"
 local snippets = require "spec.helpers.app_snippets"
-local socket = require "socket"
 
 local PEER = server.root .. "/spec/helpers/sock_peer.py"
 
@@ -13,12 +12,7 @@ local function start_peer() return upstream.start(PEER, { life = 300, wait = 10 
 
 local stop_peer = upstream.stop
 
-local function free_port()
-    local s = assert(socket.bind("127.0.0.1", 0))
-    local _, port = s:getsockname()
-    s:close()
-    return port
-end
+local free_port = server.free_port
 
 local function events(p)
     return server.read_file(p.dir .. "/events") or ""

@@ -6,7 +6,6 @@
 -- suites; TLS 1.2 AEAD, CBC with SHA-1 (the stitched AES-CBC-HMAC-SHA1), SHA-256 and SHA-384
 -- MACs, ECDHE, DHE and RSA key exchange) and verifies its RSA certificate chain.
 local server = require "spec.helpers.server"
-local socket = require "socket"
 
 -- GET /?PORT: a GET of https://127.0.0.1:PORT/, the chain verified against CA
 local CLIENT = [[
@@ -18,12 +17,7 @@ k.get("/", function(req)
 end)
 ]]
 
-local function free_port()
-    local s = assert(socket.bind("127.0.0.1", 0))
-    local _, port = s:getsockname()
-    s:close()
-    return tonumber(port)
-end
+local free_port = server.free_port
 
 -- one `openssl s_server -www` for one connection, offering only `args`' suites; its port
 local function s_server(dir, args)

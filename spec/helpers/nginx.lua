@@ -17,12 +17,7 @@ local function capture(cmd)
     return out
 end
 
-local function free_port()
-    local s = assert(socket.bind("127.0.0.1", 0))
-    local _, port = s:getsockname()
-    s:close()
-    return tonumber(port)
-end
+local free_port = server.free_port
 
 local function alive(pid)
     if not pid then return false end

@@ -980,6 +980,14 @@ function M.each_protocol(fn)
 end
 
 -- True when ::1 is configured (an IPv6 socket can bind to it).
+-- A loopback TCP port free right now (bound, read, released): for peers the spec starts itself.
+function M.free_port()
+    local s = assert(socket.bind("127.0.0.1", 0))
+    local _, port = s:getsockname()
+    s:close()
+    return tonumber(port)
+end
+
 function M.has_ipv6_loopback()
     if not socket.tcp6 then return false end
     local s = socket.tcp6()

@@ -75,6 +75,7 @@
 
 #include "kh_err.h"
 #include "kh_h1_parse.h"
+#include "kh_h2_fields.h"
 #include "kh_log.h"
 
 #include "kh_asan.h"
@@ -116,6 +117,8 @@ typedef struct h2_conn {
      * (h2load -c 64 -m 10) went through malloc/free, ~180 of 17,400 instructions a request
      * with the response bodies' (bench/h2.sh PARTS=ir) */
     kh_buf hdr;
+    /* the RFC 9113 §8 checks of that block's fields (kh_h2_fields.h): ours, not nghttp2's */
+    kh_h2_fields fst;
     uint32_t nstreams;
     uint32_t flags;
     int depth;               /* nesting of our calls into nghttp2 */
@@ -156,6 +159,8 @@ enum {
     HS_CUT = 1u << 10,      /* kh_stream_cut: reset once the flush pass sent what it could */
     HS_SMALL = 1u << 11,    /* buf is a small block from the h2 cache (body_append) */
     HS_PEER_END = 1u << 12, /* END_STREAM received (on_frame_recv): nghttp2 has it half-closed */
+    HS_CLEN = 1u << 13,     /* body_expected is the request's content-length: its DATA must match */
+    HS_BAD = 1u << 14,      /* malformed: RST_STREAM(PROTOCOL_ERROR) submitted, its DATA dropped */
 };
 
 static int drain_streams(h2_conn *h);
@@ -555,7 +560,7 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
     h2_stream *hs = HS(s);
     hs->flags |= HS_HEAD_DONE;
     kh_str method = {0}, path = {0}, authority = {0}, host = {0}, protocol = {0};
-    int64_t clen = -1;
+    int64_t clen = h->fst.clen; /* one number (kh_h2_fields_check); -1 on a plain CONNECT */
     size_t nf = hs->nfields;
     kh_header fields_local[16];
     kh_header *fields = nf + 2 <= KH_ARRAY_LEN(fields_local) ? fields_local
@@ -573,9 +578,9 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
             kh_str val = {h->hdr.base + at + 8 + lens[0], lens[1]};
             at += 8 + lens[0] + lens[1];
             if (nm.len && nm.ptr[0] == ':') {
-                /* nghttp2 let through only :method, :scheme, :path, :authority and :protocol
-                 * (nghttp2_http_on_header): the length tells them apart, but for :method and
-                 * :scheme (no memcmp each) */
+                /* kh_h2_fields_check let through only :method, :scheme, :path, :authority and
+                 * :protocol: the length tells them apart, but for :method and :scheme (no
+                 * memcmp each) */
                 if (nm.len == 7 && nm.ptr[1] == 'm')
                     method = val;
                 else if (nm.len == 5)
@@ -594,12 +599,6 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
             }
             if (kh_str_eq(nm, "host", 4))
                 host = val;
-            if (kh_str_eq(nm, "content-length", 14)) {
-                /* nghttp2 checked it is one number that the DATA frames will match */
-                clen = 0;
-                for (size_t i = 0; i < val.len; i++)
-                    clen = clen * 10 + (val.ptr[i] - '0');
-            }
             if (n < nf)
                 fields[n++] = (kh_header){nm, val};
         }
@@ -610,12 +609,10 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
             fields[n++] = (kh_header){KH_STR_LIT("host"), authority};
         if (authority.len == 0)
             authority = host;
-        /* RFC 9113 §8.3.1: :authority and Host take the values HTTP/1.1 takes in Host (no
-         * userinfo, a port up to 65535, ...), and a Host that names another entity than
-         * :authority makes the request malformed: a stream error, as nghttp2 gives the
-         * malformed requests it finds itself. */
-        if ((authority.len && !kh_h1_host_ok(authority)) || (host.len && !kh_h1_host_ok(host)) ||
-            (host.len && authority.len && !same_authority(host, authority))) {
+        /* RFC 9113 §8.3.1: a Host that names another entity than :authority makes the request
+         * malformed: a stream error, as for the other malformed requests (each of the two
+         * already took what HTTP/1.1 takes in Host: kh_h2_fields_check). */
+        if (host.len && authority.len && !same_authority(host, authority)) {
             KH_LOG_DEBUG("c%u h2: stream %d: malformed :authority/host", c->id, hs->id);
             if (fields != fields_local)
                 free(fields);
@@ -644,25 +641,16 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
         kh_stream_expect_body(s, 0);
     } else if (end_stream)
         kh_stream_expect_body(s, 0);
-    else if (kh_stream_expect_body(s, clen) != 0) /* over body_bytes: on_head answers 413 */
-        kh_stream_allow_large_body(s);             /* unless the route streams its body */
+    else {
+        if (clen >= 0)
+            hs->flags |= HS_CLEN; /* on_data_chunk and on_frame_recv hold the DATA to it */
+        if (kh_stream_expect_body(s, clen) != 0) /* over body_bytes: on_head answers 413 */
+            kh_stream_allow_large_body(s);       /* unless the route streams its body */
+    }
     queue_dispatch(h, s);
 }
 
 /* ---- nghttp2 callbacks ---- */
-
-static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
-{
-    h2_conn *h = ud;
-    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
-        return 0;
-    kh_stream *s = new_stream(h, f->hd.stream_id);
-    nghttp2_session_set_stream_user_data(ng, f->hd.stream_id, s);
-    h->hd_stream = s; /* on_header's fields go there: no map lookup per field */
-    h->hd_id = f->hd.stream_id;
-    h->hdr.len = 0; /* (a block cut short by a stream error leaves its fields) */
-    return 0;
-}
 
 /* The stream a HEADERS frame belongs to: the one whose block is being read (no lookup in
  * nghttp2's stream map per field), else nghttp2's. */
@@ -682,6 +670,36 @@ static kh_stream *stream_of(h2_conn *h, nghttp2_session *ng, int32_t id)
     return nghttp2_session_get_stream_user_data(ng, id);
 }
 
+/* RFC 9113 §8.1.1: a malformed request is a stream error of type PROTOCOL_ERROR, as nghttp2's HTTP
+ * messaging made it (kh_h2_fields.c says why the checks are ours). The stream is not dispatched
+ * (or, with a body under way, gets no more of it); nghttp2 closes it once the reset is out. */
+static void malformed(h2_conn *h, kh_stream *s, const char *why)
+{
+    KH_LOG_DEBUG("c%u h2: stream %d: malformed request (%s)", h->c->id, HS(s)->id, why);
+    HS(s)->flags |= HS_BAD;
+    nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_PROTOCOL_ERROR);
+}
+
+static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    h2_conn *h = ud;
+    if (f->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    if (f->headers.cat != NGHTTP2_HCAT_REQUEST) { /* trailers: held to the head's content-length */
+        kh_h2_fields_begin(&h->fst, 1);
+        kh_stream *t = hd_stream(h, ng, f->hd.stream_id);
+        h->fst.clen = t && (HS(t)->flags & HS_CLEN) ? t->body_expected : -1;
+        return 0;
+    }
+    kh_h2_fields_begin(&h->fst, 0);
+    kh_stream *s = new_stream(h, f->hd.stream_id);
+    nghttp2_session_set_stream_user_data(ng, f->hd.stream_id, s);
+    h->hd_stream = s; /* on_header's fields go there: no map lookup per field */
+    h->hd_id = f->hd.stream_id;
+    h->hdr.len = 0; /* (a block cut short by a stream error leaves its fields) */
+    return 0;
+}
+
 static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
                      const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
@@ -694,6 +712,12 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
     if (s == NULL)
         return 0;
     h2_stream *hs = HS(s);
+    /* a bad field ends the block's reading: nghttp2 decodes the rest (HPACK state) without
+     * calling us, and leaves the reset we submitted as the stream's only answer */
+    if (KH_UNLIKELY(kh_h2_fields_check(&h->fst, name, nlen, value, vlen) != 0)) {
+        malformed(h, s, "field");
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
     const kh_limits *l = c->w->limits;
     /* counted for trailers too (head + trailers share the bomb limit below) */
     hs->hbytes += (uint32_t)KH_MIN(nlen + vlen + 32, UINT32_MAX / 2);
@@ -744,17 +768,39 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
         s = hd_stream(h, ng, f->hd.stream_id);
         if (s == NULL)
             break;
-        if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
-            HS(s)->flags |= HS_PEER_END;
+        if (HS(s)->flags & HS_BAD)
+            break;
         if (!(HS(s)->flags & HS_HEAD_DONE)) {
+            if (kh_h2_fields_request_end(&h->fst, f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+                malformed(h, s, "head");
+                break;
+            }
+            if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+                HS(s)->flags |= HS_PEER_END;
+            if (h->fst.flags & KH_H2F_PRIORITY) { /* RFC 9218 §4, as nghttp2 read it */
+                nghttp2_extpri pri = {h->fst.urgency, h->fst.incremental};
+                nghttp2_session_change_extpri_stream_priority(ng, f->hd.stream_id, &pri, 0);
+            }
             head_done(h, s, f->hd.flags & NGHTTP2_FLAG_END_STREAM);
-        } else if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
-            kh_stream_on_body_end(s); /* after trailers */
+        } else {
+            /* trailers end the stream (§8.1), and the DATA before them add up to a
+             * content-length (the head's or theirs) */
+            if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) ||
+                (h->fst.clen >= 0 && (uint64_t)h->fst.clen != HS(s)->rx)) {
+                malformed(h, s, "trailers");
+                break;
+            }
+            HS(s)->flags |= HS_PEER_END;
+            kh_stream_on_body_end(s);
         }
         break;
     case NGHTTP2_DATA:
         s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
-        if (s && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+        if (s && (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !(HS(s)->flags & HS_BAD)) {
+            if ((HS(s)->flags & HS_CLEN) && (uint64_t)s->body_expected != HS(s)->rx) {
+                malformed(h, s, "DATA short of content-length"); /* §8.1.1 */
+                break;
+            }
             HS(s)->flags |= HS_PEER_END;
             kh_stream_on_body_end(s);
         }
@@ -789,6 +835,14 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     (void)flags;
     h->flags |= H2_PROGRESS;
     kh_stream *s = nghttp2_session_get_stream_user_data(ng, id);
+    if (s && KH_UNLIKELY(HS(s)->flags & (HS_CLEN | HS_BAD)) &&
+        ((HS(s)->flags & HS_BAD) || HS(s)->rx + len > (uint64_t)s->body_expected)) {
+        /* past content-length (§8.1.1), or the rest of a frame on a stream reset for it */
+        if (!(HS(s)->flags & HS_BAD))
+            malformed(h, s, "DATA past content-length");
+        nghttp2_session_consume_connection(ng, len);
+        return 0;
+    }
     if (s)
         HS(s)->rx += len;
     if (s && (s->flags & KH_STREAM_F_TUNNEL))
@@ -1174,6 +1228,9 @@ static h2_conn *session_new(kh_conn *c)
     nghttp2_option_set_no_auto_window_update(opt, 1);
     /* closed streams are not kept for the RFC 7540 priority tree, which we do not use */
     nghttp2_option_set_no_closed_streams(opt, 1);
+    /* the RFC 9113 §8 checks of each request are ours (kh_h2_fields.c: cheaper, made in the
+     * pass on_header makes anyway) */
+    nghttp2_option_set_no_http_messaging(opt, 1);
     nghttp2_option_set_max_continuations(opt, l->h2_max_continuations);
     /* nghttp2's own rapid-reset guard (CVE-2023-44487) backs ours (h2_peer_resets per second) */
     nghttp2_option_set_stream_reset_rate_limit(opt, 1000, 33);

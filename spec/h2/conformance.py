@@ -910,6 +910,82 @@ def _(c):
     post(c, 1, 4, flags=END_HEADERS | END_STREAM)
 
 
+# ---- what nghttp2's HTTP messaging checked and the cases above do not: the checks are ours now
+# (core/kh_h2_fields.c), each outcome the one nghttp2 gave ----
+
+_bad_head("field value with a leading space", extra=[("x-bad", " a")])
+_bad_head("field value with a trailing tab", extra=[("x-bad", "a\t")])
+_bad_head("field value with DEL", extra=[("x-bad", "a\x7fb")])
+_bad_head("field value with a carriage return", extra=[("x-bad", "a\rb")])
+_bad_head("upper-case pseudo-header", lambda c: [(":Method", "GET")] + _std(c)[1:])
+_bad_head("empty :method", lambda c: [(":method", "")] + _std(c)[1:])
+_bad_head(":method not a token", lambda c: [(":method", "G(T")] + _std(c)[1:])
+_bad_head(":path with a space", lambda c: _std(c)[:2] + [(":path", "/a b")] + _std(c)[3:])
+_bad_head(":path * on GET", lambda c: _std(c)[:2] + [(":path", "*")] + _std(c)[3:])
+_bad_head(":scheme not a URI scheme", lambda c: [_std(c)[0], (":scheme", "1http")] + _std(c)[2:])
+_bad_head("empty :authority", lambda c: _authority(c, ""))
+_bad_head("duplicate :authority", lambda c: _std(c) + [_std(c)[3]])
+_bad_head("empty host", lambda c: _authority(c, "localhost", ""))
+_bad_head("duplicate host", lambda c: _authority(c, None, "localhost") + [("host", "localhost")])
+_bad_head("no :authority and no host", lambda c: _std(c)[:3])
+_bad_head("content-length twice (same value)", extra=[("content-length", "0"), ("content-length", "0")])
+_bad_head("content-length not a number", extra=[("content-length", "1x")])
+_bad_head("content-length over 2^63-1", extra=[("content-length", "9223372036854775808")])
+_bad_head("CONNECT without :authority", lambda c: [(":method", "CONNECT")], method="CONNECT")
+_bad_head("CONNECT with :path", lambda c: [(":method", "CONNECT"), (":authority", "localhost:443"),
+                                           (":path", "/")])
+_bad_head(":protocol on GET", lambda c: _std(c) + [(":protocol", "websocket")])
+_bad_head("extended CONNECT without :authority",
+          lambda c: [(":method", "CONNECT"), (":protocol", "websocket"), _std(c)[1], (":path", "/"),
+                     ("host", "localhost")])
+
+
+@case("8.3.1/OPTIONS * is answered", ("status", 1, 404))
+def _(c):
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, req(c, "*", "OPTIONS")))
+
+
+@case("8.1.1/DATA past content-length before END_STREAM: PROTOCOL_ERROR", ("rst", 1, "PROTOCOL_ERROR"))
+def _(c):
+    post(c, 1, 4)
+    c.send(frame(DATA, 0, 1, b"testtest"))
+
+
+@case("8.1.1/content-length matched by padded DATA is answered", ("status", 1, 200))
+def _(c):
+    post(c, 1, 4)
+    c.send(frame(DATA, END_STREAM | PADDED, 1, bytes([6]) + b"test" + b"\x00" * 6))
+
+
+@case("8.1.1/trailers after DATA short of content-length: PROTOCOL_ERROR", ("rst", 1, "PROTOCOL_ERROR"))
+def _(c):
+    post(c, 1, 6)
+    c.send(frame(DATA, 0, 1, b"test") +
+           frame(HEADERS, END_STREAM | END_HEADERS, 1, c.enc.encode([("x-trailer", "done")])))
+
+
+@case("8.2.2/connection field in trailers: PROTOCOL_ERROR", ("rst", 1, "PROTOCOL_ERROR"))
+def _(c):
+    post(c, 1, 4)
+    c.send(frame(DATA, 0, 1, b"test") +
+           frame(HEADERS, END_STREAM | END_HEADERS, 1, c.enc.encode([("connection", "close")])))
+
+
+@case("8.1/a second trailer section: STREAM_CLOSED", ("goaway", "STREAM_CLOSED"))
+def _(c):
+    post(c, 1, 4)
+    c.send(frame(DATA, 0, 1, b"test") +
+           frame(HEADERS, END_STREAM | END_HEADERS, 1, c.enc.encode([("x-a", "1")])) +
+           frame(HEADERS, END_STREAM | END_HEADERS, 1, c.enc.encode([("x-b", "2")])))
+
+
+@case("9218/priority fields (one that does not parse too) are accepted", ("status", 3, 200))
+def _(c):
+    get(c, 1, extra=[("priority", "u=0, i")])
+    assert wait_end(c, 1) and c.status(1) == 200, "stream 1 not answered"
+    get(c, 3, extra=[("priority", "u=(0)")])
+
+
 @case("8.4/PUSH_PROMISE from a client: PROTOCOL_ERROR", ("goaway", "PROTOCOL_ERROR"))
 def _(c):
     get(c, 1, "/slow")

@@ -250,7 +250,8 @@ kh_stream *kh_stream_open(kh_worker *w, const kh_sink_vt *sink, void *proto);
 void kh_stream_retain(kh_stream *s);
 void kh_stream_release(kh_stream *s);
 
-/* Protocol -> stream. set_head copies everything (names lower-cased) into one arena block; path
+/* Protocol -> stream. set_head copies everything (names lower-cased, but for major 2: HTTP/2
+ * hands them lower case) into one arena block; path
  * goes in as kh_path_normalize's normal form (target stays raw), or path_error is set. */
 void kh_stream_set_head(kh_stream *s, kh_str method, kh_str target, kh_str path, kh_str query,
                         kh_str authority, int major, int minor, const kh_header *h, size_t n);

@@ -233,7 +233,7 @@ static void test_set_head(void)
             /* every 4th head is past the cache's largest block: malloc'd */
             h[1].value = (kh_str){big, (v & 3) == 3 ? sizeof big : (size_t)v};
             kh_stream_set_head(s, KH_STR_LIT("GET"), KH_STR_LIT("/"), KH_STR_LIT("/"),
-                               (kh_str){NULL, 0}, KH_STR_LIT("h"), 2, 0, h, 2);
+                               (kh_str){NULL, 0}, KH_STR_LIT("h"), 1, 1, h, 2);
             const kh_header *g = &s->headers[0];
             for (size_t i = 0; i < n; i++) {
                 unsigned char c = (unsigned char)name[i];
@@ -247,6 +247,14 @@ static void test_set_head(void)
             kh_stream_release(s);
         }
     kh_is_int(bad, 0, "names lower-cased, values kept, at every length and byte");
+    /* HTTP/2: the names are lower case already (kh_h2_fields_check): copied as they are */
+    kh_stream *s2 = kh_stream_open(&W, &rec_sink, &proto_token);
+    kh_header h2[1] = {{KH_STR_LIT("x-h2"), KH_STR_LIT("V")}};
+    kh_stream_set_head(s2, KH_STR_LIT("GET"), KH_STR_LIT("/"), KH_STR_LIT("/"), (kh_str){NULL, 0},
+                       KH_STR_LIT("h"), 2, 0, h2, 1);
+    kh_ok(kh_str_eq(s2->headers[0].name, "x-h2", 4) && kh_str_eq(s2->headers[0].value, "V", 1),
+          "h2: name and value copied");
+    kh_stream_release(s2);
     kh_ok(W.arena_cached > 0 && W.arena_free[0] != NULL, "arenas back in the worker's cache");
     kh_stream_arena_drain(&W);
     kh_ok(W.arena_cached == 0 && W.arena_free[0] == NULL && W.arena_free[1] == NULL, "drained");

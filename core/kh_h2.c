@@ -112,10 +112,11 @@ typedef struct h2_conn {
     kh_stream *rb_stream;
     /* the fields of the request header block being read (store_field). Per connection, not per
      * stream: a header block is never interleaved with another frame (RFC 9113 §6.10), and the
-     * block is let go at its end (head_done), so the streams in flight hold none: with one per
-     * stream (16 KB blocks of the worker's cache, which keeps 256), 640 streams in flight
-     * (h2load -c 64 -m 10) went through malloc/free, ~180 of 17,400 instructions a request
-     * with the response bodies' (bench/h2.sh PARTS=ir) */
+     * block is emptied at its end (head_done) and let go once the read that carried it is
+     * handled (h2_on_read), so the streams in flight hold none: with one per stream (16 KB
+     * blocks of the worker's cache, which keeps 256), 640 streams in flight (h2load -c 64
+     * -m 10) went through malloc/free, ~180 of 17,400 instructions a request with the response
+     * bodies'; kept for the whole read (~10 heads), not taken and given back per head: ~50 */
     kh_buf hdr;
     /* the RFC 9113 §8 checks of that block's fields (kh_h2_fields.h): ours, not nghttp2's */
     kh_h2_fields fst;
@@ -520,6 +521,16 @@ static void dispatch_pending(h2_conn *h)
 
 /* ---- the request head ---- */
 
+/* RFC 9113 §8.1.1: a malformed request is a stream error of type PROTOCOL_ERROR, as nghttp2's HTTP
+ * messaging made it (kh_h2_fields.c says why the checks are ours). The stream is not dispatched
+ * (or, with a body under way, gets no more of it); nghttp2 closes it once the reset is out. */
+static void malformed(h2_conn *h, kh_stream *s, const char *why)
+{
+    KH_LOG_DEBUG("c%u h2: stream %d: malformed request (%s)", h->c->id, HS(s)->id, why);
+    HS(s)->flags |= HS_BAD;
+    nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_PROTOCOL_ERROR);
+}
+
 /* n bytes, most often a short name or value: up to 16 in two overlapping word moves, inline.
  * libc's memcpy, called twice a field, was ~130 instructions an h2load request (bench/h2.sh
  * PARTS=ir). */
@@ -580,7 +591,6 @@ static int same_authority(kh_str a, kh_str b)
 /* END_HEADERS of a request: copy the head into the stream and queue its dispatch. */
 static void head_done(h2_conn *h, kh_stream *s, int end_stream)
 {
-    kh_conn *c = h->c;
     h2_stream *hs = HS(s);
     hs->flags |= HS_HEAD_DONE;
     kh_str method = {0}, path = {0}, authority = {0}, host = {0}, protocol = {0};
@@ -637,12 +647,11 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
          * malformed: a stream error, as for the other malformed requests (each of the two
          * already took what HTTP/1.1 takes in Host: kh_h2_fields_check). */
         if (host.len && authority.len && !same_authority(host, authority)) {
-            KH_LOG_DEBUG("c%u h2: stream %d: malformed :authority/host", c->id, hs->id);
             if (fields != fields_local)
                 free(fields);
             kh_buf_release(&cookie, NULL);
-            kh_buf_release(&h->hdr, &c->w->bufs);
-            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, hs->id, NGHTTP2_PROTOCOL_ERROR);
+            h->hdr.len = 0;
+            malformed(h, s, "host names another entity than :authority");
             return;
         }
     }
@@ -657,7 +666,7 @@ static void head_done(h2_conn *h, kh_stream *s, int end_stream)
     if (fields != fields_local)
         free(fields);
     kh_buf_release(&cookie, NULL);
-    kh_buf_release(&h->hdr, &c->w->bufs);
+    h->hdr.len = 0; /* the block itself goes at the end of the read (h2_on_read) */
     if (protocol.len && kh_str_eq(method, "CONNECT", 7) && !end_stream) {
         /* extended CONNECT (RFC 8441): a tunnel request; its DATA is the tunnel's, read once
          * the app accepts (kh_stream_accept_tunnel), so no body is expected before that */
@@ -692,16 +701,6 @@ static kh_stream *stream_of(h2_conn *h, nghttp2_session *ng, int32_t id)
     if (id == h->rb_id)
         return h->rb_stream;
     return nghttp2_session_get_stream_user_data(ng, id);
-}
-
-/* RFC 9113 §8.1.1: a malformed request is a stream error of type PROTOCOL_ERROR, as nghttp2's HTTP
- * messaging made it (kh_h2_fields.c says why the checks are ours). The stream is not dispatched
- * (or, with a body under way, gets no more of it); nghttp2 closes it once the reset is out. */
-static void malformed(h2_conn *h, kh_stream *s, const char *why)
-{
-    KH_LOG_DEBUG("c%u h2: stream %d: malformed request (%s)", h->c->id, HS(s)->id, why);
-    HS(s)->flags |= HS_BAD;
-    nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, HS(s)->id, NGHTTP2_PROTOCOL_ERROR);
 }
 
 static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
@@ -1430,6 +1429,8 @@ static size_t h2_on_read(kh_conn *c, char *p, size_t n)
         set_H(c, NULL);
         return n;
     }
+    if (h->hdr.len == 0) /* no header block cut by the read's end: let the fields' block go */
+        kh_buf_release(&h->hdr, &c->w->bufs);
     if (r < 0) {
         if (r == NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
             KH_LOG_DEBUG("c%u h2: no client preface", c->id);

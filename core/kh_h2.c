@@ -824,7 +824,8 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
     case NGHTTP2_DATA:
         s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
         if (s && (f->hd.flags & NGHTTP2_FLAG_END_STREAM) && !(HS(s)->flags & HS_BAD)) {
-            if ((HS(s)->flags & HS_CLEN) && (uint64_t)s->body_expected != HS(s)->rx) {
+            if ((HS(s)->flags & HS_CLEN) && s->body_expected >= 0 &&
+                (uint64_t)s->body_expected != HS(s)->rx) {
                 malformed(h, s, "DATA short of content-length"); /* §8.1.1 */
                 break;
             }

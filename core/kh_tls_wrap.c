@@ -170,4 +170,93 @@ KH_WRAP_FETCH(EVP_KDF, EVP_KDF_fetch, kdf_cache, kdf_up)
 KH_WRAP_FETCH(EVP_CIPHER, EVP_CIPHER_fetch, cipher_cache, cipher_up)
 KH_WRAP_FETCH(EVP_KEYMGMT, EVP_KEYMGMT_fetch, keymgmt_cache, keymgmt_up)
 KH_WRAP_FETCH(EVP_SIGNATURE, EVP_SIGNATURE_fetch, sig_cache, sig_up)
+/* ---------------------------------------------------------------------------------------- */
+/* EVP_KEYMGMT_names_do_all: every EVP_PKEY_CTX (int_ctx_new: 6 a full handshake, for the key
+ * share, the X25519 derivation, the ECDSA signature...) and EVP_PKEY_set_type_by_keymgmt (2)
+ * ask for the names of their key manager, to map them to a legacy key type. OpenSSL 3.0 keeps
+ * no list of names per algorithm: it walks its whole name map (hundreds of entries, under a
+ * read lock) to collect the few that have the algorithm's number, ~32 K instructions a call;
+ * 2.8 % of the server's CPU under s_time -new (perf). The names of a key manager are kept here
+ * after its first walk, in the map's order, and the callback is given the same names in the
+ * same order as OpenSSL's walk would give it.
+ * Keyed by the key manager's provider and first name (EVP_KEYMGMT_get0_name: one algorithm of
+ * one provider). The list could only grow if a provider registered new aliases for an existing
+ * algorithm later: khamsin loads its providers at start-up, and the key managers' names are all
+ * registered together at the first key-manager fetch; the default provider's other operations
+ * (signatures, encoders, decoders) add no alias to a key type's names. Lists that do not fit
+ * (NAMES_MAX names of NAME_MAX_LEN bytes) are not kept. */
+#define NAMES_SLOTS 16
+#define NAMES_MAX 8
+#define NAME_MAX_LEN 48
+
+typedef struct names_slot {
+    const OSSL_PROVIDER *prov;
+    char type[NAME_MAX_LEN];
+    int n;
+    char name[NAMES_MAX][NAME_MAX_LEN];
+} names_slot;
+
+static struct {
+    _Atomic int n;
+    names_slot slot[NAMES_SLOTS];
+} names_cache;
+
+typedef struct names_collect {
+    names_slot s;
+    int overflow;
+} names_collect;
+
+static void names_add(const char *name, void *arg)
+{
+    names_collect *c = arg;
+    if (c->s.n == NAMES_MAX || strlen(name) >= NAME_MAX_LEN) {
+        c->overflow = 1;
+        return;
+    }
+    strcpy(c->s.name[c->s.n++], name);
+}
+
+int __real_EVP_KEYMGMT_names_do_all(const EVP_KEYMGMT *k, void (*fn)(const char *, void *),
+                                    void *data);
+int __wrap_EVP_KEYMGMT_names_do_all(const EVP_KEYMGMT *k, void (*fn)(const char *, void *),
+                                    void *data);
+int __wrap_EVP_KEYMGMT_names_do_all(const EVP_KEYMGMT *k, void (*fn)(const char *, void *),
+                                    void *data)
+{
+    const OSSL_PROVIDER *prov = EVP_KEYMGMT_get0_provider(k);
+    const char *type = EVP_KEYMGMT_get0_name(k);
+    if (prov == NULL || type == NULL || strlen(type) >= NAME_MAX_LEN)
+        return __real_EVP_KEYMGMT_names_do_all(k, fn, data);
+    int n = atomic_load_explicit(&names_cache.n, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        const names_slot *s = &names_cache.slot[i];
+        if (s->prov == prov && strcmp(s->type, type) == 0) {
+            for (int j = 0; j < s->n; j++)
+                fn(s->name[j], data); /* kept for good: a callback may keep the address */
+            return 1;
+        }
+    }
+    names_collect c = {.s = {.prov = prov}};
+    strcpy(c.s.type, type);
+    if (__real_EVP_KEYMGMT_names_do_all(k, names_add, &c) != 1 || c.overflow || c.s.n == 0)
+        return __real_EVP_KEYMGMT_names_do_all(k, fn, data);
+    pthread_mutex_lock(&fetch_mu);
+    n = atomic_load_explicit(&names_cache.n, memory_order_relaxed);
+    int i;
+    for (i = 0; i < n && !(names_cache.slot[i].prov == prov &&
+                           strcmp(names_cache.slot[i].type, type) == 0); i++)
+        ;
+    if (i == n && n < NAMES_SLOTS) {
+        names_cache.slot[n] = c.s;
+        atomic_store_explicit(&names_cache.n, ++n, memory_order_release);
+    }
+    pthread_mutex_unlock(&fetch_mu);
+    if (i == n) /* the cache is full */
+        return __real_EVP_KEYMGMT_names_do_all(k, fn, data);
+    /* from the slot, never from `c`: a callback may keep a name's address (find_ameth does),
+     * as OpenSSL's names live as long as its name map */
+    for (int j = 0; j < names_cache.slot[i].n; j++)
+        fn(names_cache.slot[i].name[j], data);
+    return 1;
+}
 #endif

@@ -3,10 +3,11 @@
  * module is then built with KH_WRAP_OPENSSL and linked with -Wl,--wrap=SYMBOL for each
  * (CMakeLists.txt), so every call to SYMBOL from another object file of libssl.a or libcrypto.a,
  * and from ours, comes here; __real_SYMBOL is OpenSSL's own.
- * Owns:  the process's fork id and the fetched-algorithm cache (below), both filled once and
- *        read without a lock afterwards.
+ * Owns:  the process's fork id, the fetched algorithms and the key managers' names (below), each
+ *        written once and read without a lock afterwards; unit.tls_wrap tests all three.
  * In:    OpenSSL's calls.   Out: the same answers OpenSSL's functions give.
- * Never: holds client state: what is cached is the process id and algorithm method objects.
+ * Never: holds client state: what is kept is the process id, algorithm method objects and
+ *        algorithm names.
  *
  * Figures: bench/tls-callgrind.sh (instructions per handshake) and native `perf record -e
  * cpu-clock` of the server while `openssl s_time -new` runs (share of the server's CPU,
@@ -23,9 +24,10 @@
 /* ---------------------------------------------------------------------------------------- */
 /* openssl_get_fork_id: OpenSSL 3.0's DRBG compares it with the id it saw last on every
  * generate call (fork detection: a child must not repeat its parent's random bytes), and it is
- * getpid(), a real system call in glibc >= 2.25: about 8 per full handshake (server random,
- * session id, key share, ECDSA nonce, ticket IV and nonce, ...), 1.6 % of the server's CPU
- * under `s_time -new` (perf). Here it is the id read once and read again in the child of every
+ * getpid(), a real system call in glibc >= 2.25: 6 per full handshake and 5 per resumed one
+ * (server random, session id, key share, ECDSA nonce, ticket IV, ...; of 19.0 and 18.0 system
+ * calls per connection, PARTS=syscalls bench/tls.sh), 1.6 % of the server's CPU under
+ * `s_time -new` (perf). Here it is the id read once and read again in the child of every
  * fork(): pthread_atfork runs fork_child there before any of its code, so a child still sees an
  * id of its own at its first generate and reseeds, as with getpid(). (A child made by vfork or
  * posix_spawn runs no atfork handler, but only execs.) */

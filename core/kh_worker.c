@@ -414,6 +414,12 @@ void kh_worker_watch(kh_worker *w, uint64_t now_ms, kh_worker_stall *st)
     st->done = atomic_load_explicit(&w->done, memory_order_acquire);
     if (st->done)
         return;
+    /* a worker that still loads the app has no loop turning yet: not a stall (main serves
+     * with the others meanwhile); worker_loop stamps alive_ms when it begins */
+    if (w->started && kh_worker_load_state(w) == 0) {
+        st->loading = 1;
+        return;
+    }
     st->alive_ms = atomic_load_explicit(&w->alive_ms, memory_order_relaxed);
     uint64_t due = st->alive_ms + w->heartbeat_ms; /* the next heartbeat of a loop that turns */
     uint64_t late = now_ms > due ? now_ms - due : 0;
@@ -600,6 +606,8 @@ static void report_ready(kh_worker *w, int status)
     w->ready = status;
     uv_cond_signal(&w->cv);
     uv_mutex_unlock(&w->mu);
+    if (w->cfg->loaded_async) /* main may serve already: it hears of this load on its loop */
+        uv_async_send(w->cfg->loaded_async);
 }
 
 /* On the worker's thread: makes the app state and the listeners, then reports ready (1) or
@@ -626,6 +634,9 @@ static int worker_load(kh_worker *w)
 
     if (kh_accept_open(w, w->load_err, sizeof w->load_err) == 0 &&
         kh_h3_worker_open(w, w->load_err, sizeof w->load_err) == 0) {
+        /* stamped before the watchdog may look (it skips a loading worker): the load's time
+         * is not a stall */
+        atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
         report_ready(w, 1);
     } else {
         report_ready(w, -1);
@@ -774,6 +785,14 @@ int kh_worker_load_here(kh_worker *w, int id, const kh_config *cfg)
 void kh_worker_run_here(kh_worker *w)
 {
     worker_loop(w, w->loaded);
+}
+
+int kh_worker_load_state(kh_worker *w)
+{
+    uv_mutex_lock(&w->mu);
+    int r = w->ready;
+    uv_mutex_unlock(&w->mu);
+    return r;
 }
 
 int kh_worker_wait_ready(kh_worker *w)

@@ -10,7 +10,8 @@
  * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
  *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt) and
  *        reload requests (kh_worker_reload_all: a worker-level mailbox message).
- * Out:   a load result to main (kh_worker_wait_ready); served connections; its watchdog view
+ * Out:   a load result to main (kh_worker_load_state, kh_worker_wait_ready; and a send of
+ *        kh_config.loaded_async); served connections; its watchdog view
  *        (heartbeat stamp, the app slice that runs and its name), atomics the supervisor reads
  *        (kh_worker_watch).
  * Never: shares a mutable byte with another worker. */
@@ -85,6 +86,9 @@ typedef struct kh_config {
      * the app's files (their cached "module.function" lookups) when it moved */
     _Atomic uint32_t *code_epoch;
     struct kh_h3_ctx *h3;   /* --http3: the HTTP/3 module's context (kh_h3_module.h), or NULL */
+    /* main's: each worker sends it once its load has ended, either way (kh_worker_load_state
+     * says which), so that main learns of a worker that loads after worker 0 serves; or NULL */
+    uv_async_t *loaded_async;
 } kh_config;
 
 enum kh_timeout_kind {
@@ -181,6 +185,9 @@ int kh_worker_load_here(kh_worker *w, int id, const kh_config *cfg);
 void kh_worker_run_here(kh_worker *w);
 /* Blocks until the worker loaded its app; returns 0 or -1 (message in w->load_err). */
 int kh_worker_wait_ready(kh_worker *w);
+/* Any thread, without blocking: 0 while the worker loads, 1 once it serves, -1 if its load
+ * failed (message in w->load_err, complete once this says -1). */
+int kh_worker_load_state(kh_worker *w);
 /* Asks a worker to stop gracefully (thread-safe). */
 void kh_worker_request_stop(kh_worker *w);
 /* Joins its thread (if it has one) and frees what the loop left; nothing if it never started. */
@@ -227,6 +234,7 @@ typedef struct kh_worker_stall {
     uint64_t slice_seq;  /* its number, for kh_worker_interrupt */
     uint64_t alive_ms;   /* the last heartbeat: it moves again once the loop turns */
     int done;            /* the worker's loop has ended */
+    int loading;         /* it still loads the app (not watched: stalled_ms is 0) */
     char what[128];      /* "GET /spin", "timer callback", "" (not in the app: C code) */
 } kh_worker_stall;
 /* Any thread: fills *st for now_ms (uv_hrtime() / 1e6). The name is copied under the worker's

@@ -464,9 +464,18 @@ const char *kh_worker_date(kh_worker *w)
         struct tm tm;
         gmtime_r(&now, &tm);
         strftime(w->date, sizeof w->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        memcpy(w->date_line, "Date: ", 6);
+        memcpy(w->date_line + 6, w->date, 29);
+        memcpy(w->date_line + 35, "\r\n", 3);
         w->date_sec = (uint64_t)now;
     }
     return w->date;
+}
+
+const char *kh_worker_date_line(kh_worker *w)
+{
+    kh_worker_date(w);
+    return w->date_line;
 }
 
 /* nginx escapes '"', '\' and bytes outside printable ASCII as \xHH in access logs. */

@@ -151,6 +151,7 @@ struct kh_worker {
     kh_buf access_log;
     struct kh_out_reg *out_reg; /* outbound sockets: pool, counts, DNS cache (kh_out.c), or NULL */
     char date[40];      /* "Sun, 29 Nov 2026 18:41:02 GMT" */
+    char date_line[40]; /* "Date: Sun, 29 Nov 2026 18:41:02 GMT\r\n" (h1's head) */
     uint64_t date_sec;
 
     /* start-up handshake and stop, guarded by the mutex */
@@ -265,6 +266,10 @@ static inline uint64_t kh_worker_slice_seq(kh_worker *w)
 
 /* On the worker's thread: the current Date header value (refreshed once a second). */
 const char *kh_worker_date(kh_worker *w);
+/* The same as a whole HTTP/1.1 field line, "Date: <value>\r\n": KH_WORKER_DATE_LINE bytes, no
+ * NUL (one fixed-size copy into an h1 head instead of three). */
+#define KH_WORKER_DATE_LINE 37
+const char *kh_worker_date_line(kh_worker *w);
 /* Queues an access-log line for the stream (written once per loop turn). */
 void kh_worker_access_log(kh_worker *w, const kh_stream *s);
 /* Puts conn on the flush list (flushed once per loop turn, before the loop polls). */

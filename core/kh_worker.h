@@ -152,6 +152,8 @@ struct kh_worker {
     struct kh_out_reg *out_reg; /* outbound sockets: pool, counts, DNS cache (kh_out.c), or NULL */
     char date[40];      /* "Sun, 29 Nov 2026 18:41:02 GMT" */
     char date_line[40]; /* "Date: Sun, 29 Nov 2026 18:41:02 GMT\r\n" (h1's head) */
+    char reqid_prefix[32]; /* "<8 hex>-<worker id>-", the made request ids' start (kh_reqid.c) */
+    uint8_t reqid_prefix_len; /* 0 until the first made id */
     uint64_t date_sec;
 
     /* start-up handshake and stop, guarded by the mutex */

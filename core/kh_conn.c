@@ -851,6 +851,10 @@ void kh__conn_flush(kh_conn *c)
 {
     if (c->flags & KH_CONN_F_CLOSING)
         return;
+    /* read_cb flushes at once what a read produced, and the flush pass would flush it again
+     * for nothing (the writes of the answer scheduled it): it is skipped unless something asks
+     * for a flush after this one (~80 of ~5,190 instructions per h1 hello request) */
+    kh_worker_flushed(&c->wc);
     if ((c->flags & KH_CONN_F_REFEED) && !(c->flags & KH_CONN_F_PAUSED)) {
         c->flags &= ~KH_CONN_F_REFEED;
         if (c->in.len)

@@ -39,9 +39,11 @@ static void on_timeout_tunnel(kh_timer *t) { kh__conn_on_timer(t, KH_TO_TUNNEL);
 
 void kh_worker_flush_later(kh_worker *w, kh_wconn *wc)
 {
-    if (wc->in_flush)
+    if (wc->in_flush) {
+        wc->in_flush = KH_WCONN_FLUSH_DUE; /* DONE: due again */
         return;
-    wc->in_flush = 1;
+    }
+    wc->in_flush = KH_WCONN_FLUSH_DUE;
     wc->flush_next = NULL;
     *w->flush_tail = wc;
     w->flush_tail = &wc->flush_next;
@@ -165,8 +167,10 @@ static void flush_cb(uv_prepare_t *p)
         w->flush_head = wc->flush_next;
         if (w->flush_head == NULL)
             w->flush_tail = &w->flush_head;
-        wc->in_flush = 0;
-        wc->vt->flush(wc);
+        int due = wc->in_flush == KH_WCONN_FLUSH_DUE;
+        wc->in_flush = KH_WCONN_FLUSH_NO;
+        if (due)
+            wc->vt->flush(wc);
     }
     write_access_log(w);
 }

@@ -51,7 +51,13 @@ struct kh_wconn {
     const kh_wconn_vt *vt;
     kh_wconn *prev, *next; /* the registry */
     kh_wconn *flush_next;  /* the flush list, when in_flush */
-    uint32_t in_flush;
+    uint32_t in_flush;     /* KH_WCONN_FLUSH_* */
+};
+enum {
+    KH_WCONN_FLUSH_NO = 0,   /* not in the flush list */
+    KH_WCONN_FLUSH_DUE = 1,  /* in the list: the pass calls flush */
+    KH_WCONN_FLUSH_DONE = 2, /* in the list, but flushed since it was put there (kh_worker_flushed):
+                              * the pass only takes it out */
 };
 
 typedef struct kh_listen_addr {
@@ -285,6 +291,13 @@ void kh_worker_unschedule_flush(kh_worker *w, kh_conn *c);
 void kh_worker_conn_add(kh_worker *w, kh_wconn *wc, const kh_wconn_vt *vt);
 void kh_worker_conn_remove(kh_worker *w, kh_wconn *wc);
 void kh_worker_flush_later(kh_worker *w, kh_wconn *wc);
+/* The connection flushes now, outside the pass: if it is in the list, the pass has nothing left
+ * to do for it unless it is scheduled again (kh_worker_flush_later) before then. */
+static inline void kh_worker_flushed(kh_wconn *wc)
+{
+    if (wc->in_flush)
+        wc->in_flush = KH_WCONN_FLUSH_DONE;
+}
 /* 1 while a new connection fits under the `connections` limit and the worker is not stopping. */
 int kh_worker_conn_room(const kh_worker *w);
 /* Variable-deadline timers (kh_dtimer, kh_timer.h): t->cb runs once loop time passes deadline

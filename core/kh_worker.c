@@ -39,9 +39,11 @@ static void on_timeout_tunnel(kh_timer *t) { kh__conn_on_timer(t, KH_TO_TUNNEL);
 
 void kh_worker_flush_later(kh_worker *w, kh_wconn *wc)
 {
-    if (wc->in_flush)
+    if (wc->in_flush) {
+        wc->in_flush = KH_WCONN_FLUSH_DUE; /* DONE: due again */
         return;
-    wc->in_flush = 1;
+    }
+    wc->in_flush = KH_WCONN_FLUSH_DUE;
     wc->flush_next = NULL;
     *w->flush_tail = wc;
     w->flush_tail = &wc->flush_next;
@@ -165,8 +167,10 @@ static void flush_cb(uv_prepare_t *p)
         w->flush_head = wc->flush_next;
         if (w->flush_head == NULL)
             w->flush_tail = &w->flush_head;
-        wc->in_flush = 0;
-        wc->vt->flush(wc);
+        int due = wc->in_flush == KH_WCONN_FLUSH_DUE;
+        wc->in_flush = KH_WCONN_FLUSH_NO;
+        if (due)
+            wc->vt->flush(wc);
     }
     write_access_log(w);
 }
@@ -470,9 +474,18 @@ const char *kh_worker_date(kh_worker *w)
         struct tm tm;
         gmtime_r(&now, &tm);
         strftime(w->date, sizeof w->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        memcpy(w->date_line, "Date: ", 6);
+        memcpy(w->date_line + 6, w->date, 29);
+        memcpy(w->date_line + 35, "\r\n", 3);
         w->date_sec = (uint64_t)now;
     }
     return w->date;
+}
+
+const char *kh_worker_date_line(kh_worker *w)
+{
+    kh_worker_date(w);
+    return w->date_line;
 }
 
 /* nginx escapes '"', '\' and bytes outside printable ASCII as \xHH in access logs. */

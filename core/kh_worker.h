@@ -52,7 +52,13 @@ struct kh_wconn {
     const kh_wconn_vt *vt;
     kh_wconn *prev, *next; /* the registry */
     kh_wconn *flush_next;  /* the flush list, when in_flush */
-    uint32_t in_flush;
+    uint32_t in_flush;     /* KH_WCONN_FLUSH_* */
+};
+enum {
+    KH_WCONN_FLUSH_NO = 0,   /* not in the flush list */
+    KH_WCONN_FLUSH_DUE = 1,  /* in the list: the pass calls flush */
+    KH_WCONN_FLUSH_DONE = 2, /* in the list, but flushed since it was put there (kh_worker_flushed):
+                              * the pass only takes it out */
 };
 
 typedef struct kh_listen_addr {
@@ -155,6 +161,9 @@ struct kh_worker {
     kh_buf access_log;
     struct kh_out_reg *out_reg; /* outbound sockets: pool, counts, DNS cache (kh_out.c), or NULL */
     char date[40];      /* "Sun, 29 Nov 2026 18:41:02 GMT" */
+    char date_line[40]; /* "Date: Sun, 29 Nov 2026 18:41:02 GMT\r\n" (h1's head) */
+    char reqid_prefix[32]; /* "<8 hex>-<worker id>-", the made request ids' start (kh_reqid.c) */
+    uint8_t reqid_prefix_len; /* 0 until the first made id */
     uint64_t date_sec;
 
     /* start-up handshake and stop, guarded by the mutex */
@@ -273,6 +282,10 @@ static inline uint64_t kh_worker_slice_seq(kh_worker *w)
 
 /* On the worker's thread: the current Date header value (refreshed once a second). */
 const char *kh_worker_date(kh_worker *w);
+/* The same as a whole HTTP/1.1 field line, "Date: <value>\r\n": KH_WORKER_DATE_LINE bytes, no
+ * NUL (one fixed-size copy into an h1 head instead of three). */
+#define KH_WORKER_DATE_LINE 37
+const char *kh_worker_date_line(kh_worker *w);
 /* Queues an access-log line for the stream (written once per loop turn). */
 void kh_worker_access_log(kh_worker *w, const kh_stream *s);
 /* Puts conn on the flush list (flushed once per loop turn, before the loop polls). */
@@ -286,6 +299,13 @@ void kh_worker_unschedule_flush(kh_worker *w, kh_conn *c);
 void kh_worker_conn_add(kh_worker *w, kh_wconn *wc, const kh_wconn_vt *vt);
 void kh_worker_conn_remove(kh_worker *w, kh_wconn *wc);
 void kh_worker_flush_later(kh_worker *w, kh_wconn *wc);
+/* The connection flushes now, outside the pass: if it is in the list, the pass has nothing left
+ * to do for it unless it is scheduled again (kh_worker_flush_later) before then. */
+static inline void kh_worker_flushed(kh_wconn *wc)
+{
+    if (wc->in_flush)
+        wc->in_flush = KH_WCONN_FLUSH_DONE;
+}
 /* 1 while a new connection fits under the `connections` limit and the worker is not stopping. */
 int kh_worker_conn_room(const kh_worker *w);
 /* Variable-deadline timers (kh_dtimer, kh_timer.h): t->cb runs once loop time passes deadline

@@ -11,13 +11,17 @@
 #   PARTS=faults bench/startup.sh    # page faults only (needs perf and tracefs: root)
 #   PARTS=counts bench/startup.sh    # faults, syscalls, threads, shared objects per case, beside
 #                                    # both floors (needs perf and strace)
+#   PARTS=timeline RT=1 bench/startup.sh  # where the wall clock goes, phase by phase (ftrace
+#                                    # tracepoints: root; bench/lib/startuptimeline.py)
+#   RT=1: the measurers run under chrt -f 10 (SCHED_FIFO, inherited by the servers): on a busy
+#   box other processes then do not preempt a run (the box's own slowness still shows)
 #
 # The instruction counts end with the first request in Lua, which _exits (atexit handlers such
 # as OPENSSL_cleanup are not counted; before 2026-12-02 they were, ~1.4 M with TLS).
 # Cases: khamsin (cleartext, polled with GET /), khamsin-tls (--tls-cert/--tls-key, ECDSA P-256,
 # polled over TLS 1.3: a full handshake, then GET /), khamsin-ss-tls (--tls-self-signed, over TLS).
 # Env: KHAMSIN_BIN (default build-release/khamsin, built if missing) RUNS=20
-#   PARTS="wall counts ir faults" SERVER_CORE=1 CLIENT_CORE=0 PORT=23290 COUNT_RUNS=20 (perf stat
+#   PARTS="wall counts ir faults timeline" RT (unset) SERVER_CORE=1 CLIENT_CORE=0 PORT=23290 COUNT_RUNS=20 (perf stat
 #   runs per case, PARTS=counts). Needs /usr/bin/python3, cc, valgrind (PARTS=ir), curl.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,7 +30,9 @@ PY=/usr/bin/python3
 . bench/lib/common.sh
 BIN=${KHAMSIN_BIN:-build-release/khamsin}
 RUNS=${RUNS:-20}
-PARTS=${PARTS:-"wall counts ir faults"}
+PARTS=${PARTS:-"wall counts ir faults timeline"}
+RTPREFIX=()
+[[ -n ${RT:-} ]] && RTPREFIX=(chrt -f 10)
 SERVER_CORE=${SERVER_CORE:-1}
 CLIENT_CORE=${CLIENT_CORE:-0}
 PORT=${PORT:-23290}
@@ -111,7 +117,7 @@ for label, fn in parts:
     echo
     echo "## Wall clock: exec (pinned to core $SERVER_CORE) -> first 200 'Hello, World!', polled every 0.2 ms from core $CLIENT_CORE; $RUNS runs, each alternating floor, khamsin, khamsin-tls, khamsin-ss-tls"
     echo "   floor: /bin/true spawned the same way, its exit polled at the same cadence; floor-server: a C server (bench/lib/startup_floor.c) polled exactly as khamsin is; -tls cases poll over TLS 1.3 (python ssl: a full handshake, then GET /)"
-    $PY bench/lib/startupbench.py --runs "$RUNS" --port "$PORT" --server-core "$SERVER_CORE" \
+    "${RTPREFIX[@]}" $PY bench/lib/startupbench.py --runs "$RUNS" --port "$PORT" --server-core "$SERVER_CORE" \
       --client-core "$CLIENT_CORE" --json "$TMP/wall.jsonl" --log "$TMP/wall.log" \
       "floor-server=$FLOOR PORT" "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua" "khamsin-ss-tls=$SS bench/apps/hello.lua"
     echo "   (load average now $(cut -d' ' -f1-3 /proc/loadavg): on a busy box every figure, the floor too, grows; compare the '- floor' column and the instruction counts below)"
@@ -170,6 +176,18 @@ for label, fn in parts:
       $PY bench/lib/startupfaults.py --bin "$BIN" --port "$PORT" --app bench/apps/first_answer.lua --runs 5 --tls -- $COMMON --listen "tls://127.0.0.1:$PORT" --tls-cert "$TMP/cert.pem" --tls-key "$TMP/key.pem"
     else
       echo "  (skipped: needs perf and root for the syscall tracepoints)"
+    fi
+  fi
+  if [[ " $PARTS " == *" timeline "* ]]; then
+    echo
+    echo "## Timeline (ftrace tracepoints${RT:+, under chrt -f 10}): ms after the execve, medians of $RUNS runs; per phase the main thread's faults, syscalls, time off cpu, and the other threads' time"
+    if [[ $(id -u) == 0 && -d /sys/kernel/tracing/instances ]]; then
+      cc -O2 -o "$TMP/gate" bench/lib/startup_gate.c
+      "${RTPREFIX[@]}" $PY bench/lib/startuptimeline.py --gate "$TMP/gate" --runs "$RUNS" --port "$PORT" \
+        --server-core "$SERVER_CORE" --client-core "$CLIENT_CORE" "true=/bin/true" "floor-server=$FLOOR PORT" \
+        "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-w$(nproc)=${CLEAR/--workers 1/--workers $(nproc)} bench/apps/hello.lua"
+    else
+      echo "  (skipped: needs root and tracefs instances)"
     fi
   fi
   if [[ -n ${BENCH_SUMMARY:-} && -f $TMP/wall.jsonl ]]; then

@@ -30,6 +30,9 @@
 #include "kh_h1_parse.h"
 
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Room for method, two SP, "HTTP/1.1" and CRLF on top of target_bytes: a request line longer
  * than target_bytes + this is answered 414 before its end arrives. A method of up to 52 bytes
@@ -121,6 +124,31 @@ static inline const char *skip_class(const char *p, const char *end, uint8_t k)
     while (p < end && IS(*p, k))
         p++;
     return p;
+}
+
+/* Advance p over field-value bytes (C_VALUE: HTAB, SP, VCHAR, obs-text), stopping before end:
+ * with SSE2 (every x86-64) 16 bytes a round, one compare for each excluded range; the table
+ * loop takes the tail. A browser's request is mostly values (User-Agent, Accept...): 7,825 ->
+ * 7,028 instructions per request with HEADERS=browser, 4,352 -> 4,248 with h2load's two fields
+ * (REQUESTS=20000 CONNS=64 bench/callgrind.sh). */
+static inline const char *skip_value(const char *p, const char *end)
+{
+#ifdef __SSE2__
+    const __m128i sp = _mm_set1_epi8(0x20), ht = _mm_set1_epi8('\t'), del = _mm_set1_epi8(0x7f);
+    const __m128i zero = _mm_setzero_si128();
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* 0x00-0x1F but HTAB (the signed compare below 0x20 also takes 0x80-0xFF: masked out),
+         * and DEL */
+        __m128i ctl = _mm_andnot_si128(_mm_cmplt_epi8(v, zero), _mm_cmplt_epi8(v, sp));
+        ctl = _mm_andnot_si128(_mm_cmpeq_epi8(v, ht), ctl);
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(ctl, _mm_cmpeq_epi8(v, del)));
+        if (m)
+            return p + __builtin_ctz(m);
+        p += 16;
+    }
+#endif
+    return skip_class(p, end, C_VALUE);
 }
 
 static inline uint64_t load8(const char *p)
@@ -634,7 +662,7 @@ ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_
         while (p < s.end && is_ws(buf[p]))
             p++;
         size_t v0 = p;
-        p = (size_t)(skip_class(buf + p, end, C_VALUE) - buf);
+        p = (size_t)(skip_value(buf + p, end) - buf);
         if (p >= s.end || buf[p] != '\r')
             return stop_at(&s, p, KH_H1_EFIELDVALUE, KH_H1_EFIELDVALUE);
         if (p + 1 >= s.end)

@@ -292,6 +292,10 @@ int kh_stream_send_file(kh_stream *s, int fd, int64_t off, uint64_t n, int fin);
 /* head + whole body in one go, Content-Length set; HEAD requests get the head only. */
 int kh_stream_respond(kh_stream *s, int status, const kh_header *h, size_t n, const char *body,
                       size_t len);
+/* A Content-Type field for value: when value is one the engine sends itself (text/plain;
+ * charset=utf-8, application/json), the engine's own constant, which send_head knows to be valid
+ * and does not scan again; else {Content-Type, value} (checked as any field). */
+kh_header kh_stream_content_type(const char *value, size_t len);
 /* A short text/plain error reply; sets KH_STREAM_F_CLOSE when close is non-zero. */
 int kh_stream_respond_error(kh_stream *s, int status, const char *text, int close);
 /* Asks the protocol for the body (100 Continue on h1). */

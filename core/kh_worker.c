@@ -39,9 +39,11 @@ static void on_timeout_tunnel(kh_timer *t) { kh__conn_on_timer(t, KH_TO_TUNNEL);
 
 void kh_worker_flush_later(kh_worker *w, kh_wconn *wc)
 {
-    if (wc->in_flush)
+    if (wc->in_flush) {
+        wc->in_flush = KH_WCONN_FLUSH_DUE; /* DONE: due again */
         return;
-    wc->in_flush = 1;
+    }
+    wc->in_flush = KH_WCONN_FLUSH_DUE;
     wc->flush_next = NULL;
     *w->flush_tail = wc;
     w->flush_tail = &wc->flush_next;
@@ -165,8 +167,10 @@ static void flush_cb(uv_prepare_t *p)
         w->flush_head = wc->flush_next;
         if (w->flush_head == NULL)
             w->flush_tail = &w->flush_head;
-        wc->in_flush = 0;
-        wc->vt->flush(wc);
+        int due = wc->in_flush == KH_WCONN_FLUSH_DUE;
+        wc->in_flush = KH_WCONN_FLUSH_NO;
+        if (due)
+            wc->vt->flush(wc);
     }
     write_access_log(w);
 }
@@ -414,6 +418,12 @@ void kh_worker_watch(kh_worker *w, uint64_t now_ms, kh_worker_stall *st)
     st->done = atomic_load_explicit(&w->done, memory_order_acquire);
     if (st->done)
         return;
+    /* a worker that still loads the app has no loop turning yet: not a stall (main serves
+     * with the others meanwhile); worker_loop stamps alive_ms when it begins */
+    if (w->started && kh_worker_load_state(w) == 0) {
+        st->loading = 1;
+        return;
+    }
     st->alive_ms = atomic_load_explicit(&w->alive_ms, memory_order_relaxed);
     uint64_t due = st->alive_ms + w->heartbeat_ms; /* the next heartbeat of a loop that turns */
     uint64_t late = now_ms > due ? now_ms - due : 0;
@@ -464,9 +474,18 @@ const char *kh_worker_date(kh_worker *w)
         struct tm tm;
         gmtime_r(&now, &tm);
         strftime(w->date, sizeof w->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        memcpy(w->date_line, "Date: ", 6);
+        memcpy(w->date_line + 6, w->date, 29);
+        memcpy(w->date_line + 35, "\r\n", 3);
         w->date_sec = (uint64_t)now;
     }
     return w->date;
+}
+
+const char *kh_worker_date_line(kh_worker *w)
+{
+    kh_worker_date(w);
+    return w->date_line;
 }
 
 /* nginx escapes '"', '\' and bytes outside printable ASCII as \xHH in access logs. */
@@ -600,6 +619,8 @@ static void report_ready(kh_worker *w, int status)
     w->ready = status;
     uv_cond_signal(&w->cv);
     uv_mutex_unlock(&w->mu);
+    if (w->cfg->loaded_async) /* main may serve already: it hears of this load on its loop */
+        uv_async_send(w->cfg->loaded_async);
 }
 
 /* On the worker's thread: makes the app state and the listeners, then reports ready (1) or
@@ -626,6 +647,9 @@ static int worker_load(kh_worker *w)
 
     if (kh_accept_open(w, w->load_err, sizeof w->load_err) == 0 &&
         kh_h3_worker_open(w, w->load_err, sizeof w->load_err) == 0) {
+        /* stamped before the watchdog may look (it skips a loading worker): the load's time
+         * is not a stall */
+        atomic_store_explicit(&w->alive_ms, uv_hrtime() / 1000000u, memory_order_relaxed);
         report_ready(w, 1);
     } else {
         report_ready(w, -1);
@@ -774,6 +798,14 @@ int kh_worker_load_here(kh_worker *w, int id, const kh_config *cfg)
 void kh_worker_run_here(kh_worker *w)
 {
     worker_loop(w, w->loaded);
+}
+
+int kh_worker_load_state(kh_worker *w)
+{
+    uv_mutex_lock(&w->mu);
+    int r = w->ready;
+    uv_mutex_unlock(&w->mu);
+    return r;
 }
 
 int kh_worker_wait_ready(kh_worker *w)

@@ -10,7 +10,8 @@
  * In:    listening fds and the read-only kh_config from main; a stop request through uv_async;
  *        from the supervisor, an interrupt request passed to the app (kh_worker_interrupt) and
  *        reload requests (kh_worker_reload_all: a worker-level mailbox message).
- * Out:   a load result to main (kh_worker_wait_ready); served connections; its watchdog view
+ * Out:   a load result to main (kh_worker_load_state, kh_worker_wait_ready; and a send of
+ *        kh_config.loaded_async); served connections; its watchdog view
  *        (heartbeat stamp, the app slice that runs and its name), atomics the supervisor reads
  *        (kh_worker_watch).
  * Never: shares a mutable byte with another worker. */
@@ -51,7 +52,13 @@ struct kh_wconn {
     const kh_wconn_vt *vt;
     kh_wconn *prev, *next; /* the registry */
     kh_wconn *flush_next;  /* the flush list, when in_flush */
-    uint32_t in_flush;
+    uint32_t in_flush;     /* KH_WCONN_FLUSH_* */
+};
+enum {
+    KH_WCONN_FLUSH_NO = 0,   /* not in the flush list */
+    KH_WCONN_FLUSH_DUE = 1,  /* in the list: the pass calls flush */
+    KH_WCONN_FLUSH_DONE = 2, /* in the list, but flushed since it was put there (kh_worker_flushed):
+                              * the pass only takes it out */
 };
 
 typedef struct kh_listen_addr {
@@ -85,6 +92,9 @@ typedef struct kh_config {
      * the app's files (their cached "module.function" lookups) when it moved */
     _Atomic uint32_t *code_epoch;
     struct kh_h3_ctx *h3;   /* --http3: the HTTP/3 module's context (kh_h3_module.h), or NULL */
+    /* main's: each worker sends it once its load has ended, either way (kh_worker_load_state
+     * says which), so that main learns of a worker that loads after worker 0 serves; or NULL */
+    uv_async_t *loaded_async;
 } kh_config;
 
 enum kh_timeout_kind {
@@ -151,6 +161,9 @@ struct kh_worker {
     kh_buf access_log;
     struct kh_out_reg *out_reg; /* outbound sockets: pool, counts, DNS cache (kh_out.c), or NULL */
     char date[40];      /* "Sun, 29 Nov 2026 18:41:02 GMT" */
+    char date_line[40]; /* "Date: Sun, 29 Nov 2026 18:41:02 GMT\r\n" (h1's head) */
+    char reqid_prefix[32]; /* "<8 hex>-<worker id>-", the made request ids' start (kh_reqid.c) */
+    uint8_t reqid_prefix_len; /* 0 until the first made id */
     uint64_t date_sec;
 
     /* start-up handshake and stop, guarded by the mutex */
@@ -181,6 +194,9 @@ int kh_worker_load_here(kh_worker *w, int id, const kh_config *cfg);
 void kh_worker_run_here(kh_worker *w);
 /* Blocks until the worker loaded its app; returns 0 or -1 (message in w->load_err). */
 int kh_worker_wait_ready(kh_worker *w);
+/* Any thread, without blocking: 0 while the worker loads, 1 once it serves, -1 if its load
+ * failed (message in w->load_err, complete once this says -1). */
+int kh_worker_load_state(kh_worker *w);
 /* Asks a worker to stop gracefully (thread-safe). */
 void kh_worker_request_stop(kh_worker *w);
 /* Joins its thread (if it has one) and frees what the loop left; nothing if it never started. */
@@ -227,6 +243,7 @@ typedef struct kh_worker_stall {
     uint64_t slice_seq;  /* its number, for kh_worker_interrupt */
     uint64_t alive_ms;   /* the last heartbeat: it moves again once the loop turns */
     int done;            /* the worker's loop has ended */
+    int loading;         /* it still loads the app (not watched: stalled_ms is 0) */
     char what[128];      /* "GET /spin", "timer callback", "" (not in the app: C code) */
 } kh_worker_stall;
 /* Any thread: fills *st for now_ms (uv_hrtime() / 1e6). The name is copied under the worker's
@@ -265,6 +282,10 @@ static inline uint64_t kh_worker_slice_seq(kh_worker *w)
 
 /* On the worker's thread: the current Date header value (refreshed once a second). */
 const char *kh_worker_date(kh_worker *w);
+/* The same as a whole HTTP/1.1 field line, "Date: <value>\r\n": KH_WORKER_DATE_LINE bytes, no
+ * NUL (one fixed-size copy into an h1 head instead of three). */
+#define KH_WORKER_DATE_LINE 37
+const char *kh_worker_date_line(kh_worker *w);
 /* Queues an access-log line for the stream (written once per loop turn). */
 void kh_worker_access_log(kh_worker *w, const kh_stream *s);
 /* Puts conn on the flush list (flushed once per loop turn, before the loop polls). */
@@ -278,6 +299,13 @@ void kh_worker_unschedule_flush(kh_worker *w, kh_conn *c);
 void kh_worker_conn_add(kh_worker *w, kh_wconn *wc, const kh_wconn_vt *vt);
 void kh_worker_conn_remove(kh_worker *w, kh_wconn *wc);
 void kh_worker_flush_later(kh_worker *w, kh_wconn *wc);
+/* The connection flushes now, outside the pass: if it is in the list, the pass has nothing left
+ * to do for it unless it is scheduled again (kh_worker_flush_later) before then. */
+static inline void kh_worker_flushed(kh_wconn *wc)
+{
+    if (wc->in_flush)
+        wc->in_flush = KH_WCONN_FLUSH_DONE;
+}
 /* 1 while a new connection fits under the `connections` limit and the worker is not stopping. */
 int kh_worker_conn_room(const kh_worker *w);
 /* Variable-deadline timers (kh_dtimer, kh_timer.h): t->cb runs once loop time passes deadline

@@ -5,6 +5,7 @@
  *        usage error, 3 (KH_EXIT_FORCED) when a second stop signal or a worker stalled past the
  *        grace period ends it, 4 (KH_EXIT_STALL) when a worker stalled past stall_exit_ms.
  * Threads: the main thread parses, binds, then runs worker 0 itself (workers 1..N-1 get threads);
+ *        each worker serves as soon as it has loaded the app, worker 0 too (see loads_check);
  *        signals and the watchdog run on the supervisor thread (created before worker 0 loads);
  *        it also steers new connections away from a stalled worker (reuseport BPF), hears
  *        SIGHUP, and in --dev watches the app's files (kh_watch.c): both reload every worker
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
@@ -106,6 +108,9 @@ static uint64_t stop_deadline_ms;
 static int steering;      /* a program is attached to the reuseport groups */
 static int steer_broken;  /* attaching failed once: shedding is off */
 static uv_async_t supervisor_quit;
+static uv_async_t loads_async; /* kh_config.loaded_async: a worker's load ended */
+static int loads_settled;      /* every worker has loaded (the 'listening' lines are out), or one failed */
+static int load_failed;        /* a worker failed to load once worker 0 served: the exit code is 1 */
 
 #ifndef SO_DETACH_REUSEPORT_BPF
 #define SO_DETACH_REUSEPORT_BPF 68
@@ -203,7 +208,10 @@ static void forced_exit(const char *why)
         if (st.done)
             continue;
         left++;
-        if (st.stalled_ms >= 2 * workers[i].heartbeat_ms)
+        if (st.loading)
+            KH_LOG_ERROR("worker %d is still loading the app: exiting now (%s; exit code %d)", i,
+                         why, KH_EXIT_FORCED);
+        else if (st.stalled_ms >= 2 * workers[i].heartbeat_ms)
             KH_LOG_ERROR("worker %d stalled %llu ms in %s: exiting now (%s; exit code %d)", i,
                          (unsigned long long)st.stalled_ms, stall_what(&st), why, KH_EXIT_FORCED);
         else
@@ -225,7 +233,7 @@ static void watchdog_cb(uv_timer_t *t)
         watch *wt = &watches[i];
         kh_worker_stall st;
         kh_worker_watch(&workers[i], now, &st);
-        if (st.done)
+        if (st.done || st.loading)
             continue;
         if ((wt->reported || wt->shed) && st.alive_ms != wt->alive_ms) {
             if (wt->reported)
@@ -286,6 +294,18 @@ static void watchdog_cb(uv_timer_t *t)
         forced_exit("still running after the grace period");
 }
 
+/* The graceful stop of every worker: the first stop signal, or a worker that failed to load. */
+static void stop_all(void)
+{
+    stopping = 1;
+    /* before the workers close their listeners, which reorders the reuseport groups */
+    if (steering && steer_set(NULL) == 0)
+        steering = 0;
+    for (int i = 0; i < cfg.workers; i++)
+        kh_worker_request_stop(&workers[i]);
+    stop_deadline_ms = now_ms() + cfg.grace_ms + STOP_MARGIN_MS;
+}
+
 static void on_signal(uv_signal_t *sig, int signum)
 {
     (void)sig;
@@ -296,26 +316,80 @@ static void on_signal(uv_signal_t *sig, int signum)
         forced_exit(why);
         return;
     }
-    stopping = 1;
     KH_LOG_INFO("%s: stopping (grace %llu ms)", name, (unsigned long long)cfg.grace_ms);
-    /* before the workers close their listeners, which reorders the reuseport groups */
-    if (steering && steer_set(NULL) == 0)
-        steering = 0;
-    for (int i = 0; i < cfg.workers; i++)
-        kh_worker_request_stop(&workers[i]);
+    stop_all();
     uint64_t now = now_ms();
-    stop_deadline_ms = now + cfg.grace_ms + STOP_MARGIN_MS;
     uint64_t named = cfg.limits.stall_report_ms < cfg.limits.stall_shed_ms
                          ? cfg.limits.stall_report_ms
                          : cfg.limits.stall_shed_ms;
     for (int i = 0; i < cfg.workers; i++) {
         kh_worker_stall st;
         kh_worker_watch(&workers[i], now, &st);
-        if (!st.done && st.stalled_ms >= named)
+        if (!st.done && !st.loading && st.stalled_ms >= named)
             KH_LOG_WARN("w%d is stalled %llu ms in %s: it stops only once it runs again; a "
                         "second SIGTERM or SIGINT exits at once (exit code %d)",
                         i, (unsigned long long)st.stalled_ms, stall_what(&st), KH_EXIT_FORCED);
     }
+}
+
+/* The 'listening' lines and the 'serving' line: once every worker has loaded. */
+static void log_serving(void)
+{
+    for (int i = 0; i < cfg.num_listens; i++) {
+        const kh_listen_addr *l = &cfg.listens[i];
+        const char *kind = l->tls ? "tls" : "tcp";
+        for (int quic = 0; quic < 2; quic++) {
+            if (quic && l->udp_fds == NULL)
+                break;
+            if (l->family == AF_INET6)
+                KH_LOG_INFO("listening on [%s]:%d (%s)", l->host, l->port, quic ? "quic" : kind);
+            else
+                KH_LOG_INFO("listening on %s:%d (%s)", l->host, l->port, quic ? "quic" : kind);
+        }
+    }
+    KH_LOG_INFO("khamsin %s: %d worker%s serving %s%s", KH_VERSION, cfg.workers,
+                cfg.workers == 1 ? "" : "s", cfg.script, cfg.dev ? " (dev)" : "");
+}
+
+/* Start-up with several workers. Each worker serves as soon as it has loaded the app: workers
+ * 1..N-1 on their threads, and worker 0, on the main thread, without waiting for the others
+ * (it did until 2026-12: with the workers loading side by side on one core, as
+ * bench/startup.sh pins them, a first connection on worker 0's socket waited for every load).
+ * The rule stays: if any worker fails to load, the server exits 1 with its error. A failure
+ * known before worker 0 serves takes main's failure path (nothing served). One that comes
+ * later (kh_config.loaded_async wakes main's loop, on the supervisor thread, which calls this)
+ * prints the error and stops every worker as the first SIGTERM would: what a worker already
+ * answered stays answered, requests in flight finish within --grace, new connections are
+ * refused (the listeners close), and the exit code is 1. The 'listening' lines, which a
+ * process manager or a spec may wait for, still mean that every worker has loaded. Main's
+ * thread calls this once before the go; the supervisor's loop only after it. */
+static void loads_check(void)
+{
+    if (loads_settled)
+        return;
+    int pending = 0;
+    for (int i = 1; i < cfg.workers; i++) {
+        int st = kh_worker_load_state(&workers[i]);
+        if (st < 0) {
+            loads_settled = load_failed = 1;
+            fprintf(stderr, "khamsin: %s\n", workers[i].load_err);
+            KH_LOG_ERROR("worker %d failed to load the app: stopping (exit code 1)", i);
+            if (!stopping)
+                stop_all();
+            return;
+        }
+        pending |= st == 0;
+    }
+    if (pending)
+        return;
+    loads_settled = 1;
+    log_serving();
+}
+
+static void loads_async_cb(uv_async_t *a)
+{
+    (void)a;
+    loads_check();
 }
 
 static void supervisor_quit_cb(uv_async_t *a)
@@ -541,8 +615,35 @@ static int parse_listen(const char *arg, kh_listen_addr *la)
     return 0;
 }
 
+/* Start-up (bench/startup.sh): on the VMs measured a page fault taken by trapping costs 12-30 us,
+ * and a page made present by MADV_POPULATE_WRITE 0.5-3 us (bench/lib/prefault_cost.c). From exec to
+ * the first answer the main thread touches page after page of two regions it can name here:
+ * its stack, ~28 KiB below main's frame (7 faults), and malloc's first heap, the 132 KiB that
+ * glibc takes with brk on the first malloc and that worker 0's load fills (10 faults). Both are
+ * made present now, with one call each: 41 pages; PARTS=counts bench/startup.sh, exec -> the
+ * first request in Lua: 112 -> 102 faults (the rest of the 17 come after it). Where it does
+ * not apply (a kernel before 5.14: EINVAL; a malloc that does not use brk, as under ASan) the
+ * pages fault in as before. */
+#define KH_PREFAULT_STACK (32 * 1024)
+#define KH_PREFAULT_HEAP_MAX (256 * 1024)
+static void prefault_main_thread(void)
+{
+#ifdef MADV_POPULATE_WRITE
+    char here;
+    uintptr_t sp = (uintptr_t)&here & ~(uintptr_t)4095;
+    /* the kernel maps 128 KiB of stack below the arguments at exec: this stays inside it */
+    (void)madvise((void *)(sp - KH_PREFAULT_STACK), KH_PREFAULT_STACK, MADV_POPULATE_WRITE);
+    void *p = malloc(1); /* glibc sets its heap up (brk) on the first call */
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, brk = (uintptr_t)sbrk(0);
+    if (p && a < brk && brk - a <= KH_PREFAULT_HEAP_MAX)
+        (void)madvise((void *)a, brk - a, MADV_POPULATE_WRITE);
+    free(p);
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    prefault_main_thread();
     signal(SIGPIPE, SIG_IGN);
     signal(SIGHUP, SIG_IGN); /* a reload asked before the supervisor listens does nothing */
     kh_limits_init(&cfg.limits);
@@ -781,6 +882,11 @@ int main(int argc, char **argv)
      * on a machine with cores to spare they load the app while this thread loads worker 0.
      * A thread start costs ~0.3 ms and ~10 page faults on a small VM: with one worker, that
      * was all on the way to the first answer. */
+    uv_loop_t *loop = uv_default_loop();
+    if (cfg.workers > 1) { /* before the workers start: they send it when their load ends */
+        uv_async_init(loop, &loads_async, loads_async_cb);
+        cfg.loaded_async = &loads_async;
+    }
     int failed = 0;
     for (int i = 1; i < cfg.workers; i++) {
         if (kh_worker_start(&workers[i], i, &cfg) != 0) {
@@ -796,10 +902,10 @@ int main(int argc, char **argv)
         failed = 1;
     }
     kh_log_set_thread_name("main");
-    for (int i = 1; i < cfg.workers; i++) {
-        if (workers[i].started && kh_worker_wait_ready(&workers[i]) != 0) {
-            if (!failed)
-                fprintf(stderr, "khamsin: %s\n", workers[i].load_err);
+    /* no wait for the other workers (loads_check): a failure already known is handled here */
+    for (int i = 1; !failed && i < cfg.workers; i++) {
+        if (workers[i].started && kh_worker_load_state(&workers[i]) < 0) {
+            fprintf(stderr, "khamsin: %s\n", workers[i].load_err);
             failed = 1;
         }
     }
@@ -817,6 +923,10 @@ int main(int argc, char **argv)
             uv_thread_join(&supervisor);
         }
         uv_sem_destroy(&supervisor_go);
+        if (cfg.loaded_async) { /* the workers are joined: nothing sends it any more */
+            uv_close((uv_handle_t *)&loads_async, NULL);
+            uv_run(loop, UV_RUN_DEFAULT);
+        }
         kh_threadpool_free(cfg.pool);
         for (int i = 0; i < cfg.workers; i++)
             if (workers[i].started)
@@ -834,7 +944,6 @@ int main(int argc, char **argv)
      * spec) that stops the server as soon as it reads that line gets the graceful stop, not the
      * default action (exit 143). The handlers are installed here; the supervisor thread runs
      * main's loop, which delivers them, from the go below. */
-    uv_loop_t *loop = uv_default_loop();
     uv_signal_init(loop, &sigterm);
     uv_signal_init(loop, &sigint);
     uv_signal_init(loop, &sighup);
@@ -842,21 +951,7 @@ int main(int argc, char **argv)
     uv_signal_start(&sigint, on_signal, SIGINT);
     uv_signal_start(&sighup, on_sighup, SIGHUP);
     uv_unref((uv_handle_t *)&sighup);
-    for (int i = 0; i < nlisten; i++) {
-        const char *kind = listens[i].tls ? "tls" : "tcp";
-        for (int quic = 0; quic < 2; quic++) {
-            if (quic && listens[i].udp_fds == NULL)
-                break;
-            if (listens[i].family == AF_INET6)
-                KH_LOG_INFO("listening on [%s]:%d (%s)", listens[i].host, listens[i].port,
-                            quic ? "quic" : kind);
-            else
-                KH_LOG_INFO("listening on %s:%d (%s)", listens[i].host, listens[i].port,
-                            quic ? "quic" : kind);
-        }
-    }
-    KH_LOG_INFO("khamsin %s: %d worker%s serving %s%s", KH_VERSION, cfg.workers,
-                cfg.workers == 1 ? "" : "s", cfg.script, cfg.dev ? " (dev)" : "");
+    loads_check(); /* the 'listening' lines now if every worker has loaded, else later */
 
     uv_async_init(loop, &supervisor_quit, supervisor_quit_cb);
     uv_async_init(loop, &dev_refresh, dev_refresh_cb);
@@ -898,6 +993,8 @@ int main(int argc, char **argv)
     free(watches);
     uv_close((uv_handle_t *)&watchdog, NULL);
     uv_close((uv_handle_t *)&supervisor_quit, NULL);
+    if (cfg.loaded_async)
+        uv_close((uv_handle_t *)&loads_async, NULL);
     uv_close((uv_handle_t *)&sigterm, NULL);
     uv_close((uv_handle_t *)&sigint, NULL);
     uv_close((uv_handle_t *)&sighup, NULL);
@@ -918,5 +1015,5 @@ int main(int argc, char **argv)
     kh_h3_teardown(cfg.h3);
     kh_tls_ctx_free(cfg.tls);
     KH_LOG_INFO("stopped");
-    return 0;
+    return load_failed ? 1 : 0;
 }

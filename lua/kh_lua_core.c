@@ -345,7 +345,7 @@ KH_EXPORT int kh_lua_respond_fast(uint32_t gen, int status, const char *body, si
             ctype = NULL; /* the handler's own */
     }
     if (ctype)
-        h[n++] = (kh_header){KH_STR_LIT("Content-Type"), {ctype, ctlen}};
+        h[n++] = kh_stream_content_type(ctype, ctlen); /* the runner's TEXT or JSON */
     int r = kh_stream_respond(s, status, h, n, body ? body : "", blen);
     if (r == KH_EINVAL)
         return 1; /* refused before anything was sent (kh_stream_send_head's checks) */

@@ -408,7 +408,7 @@ errors.set_runner(serve)
 
 function k._run(handler, s, gen, p)
     local req = new_req(s, gen, p)
-    local res = new_res(s, gen, req)
+    local res = new_res(s, gen)
     local ok, e = xpcall(serve, on_error, handler, req, res)
     if not ok then response.fail(req, res, e) end
     if rawget(req, "_tmpfiles") then request.cleanup(req) end -- req:multipart's temp files
@@ -423,7 +423,7 @@ end
 
 function run_chain(handler, s, gen, p)
     local req = new_req(s, gen, p)
-    local res = new_res(s, gen, req)
+    local res = new_res(s, gen)
     local ok, e = xpcall(serve_chain, on_error, handler, req, res)
     if not ok then mw.fail(req, res, e, answer) end
 end

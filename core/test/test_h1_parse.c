@@ -1149,6 +1149,49 @@ static void test_host_ok(void)
     }
 }
 
+/* Field-value bytes at every offset of values of 1 to 48 bytes (both sides of the 16-byte
+ * rounds of the parser's value scan and its byte-loop tail): a control byte or DEL anywhere is
+ * refused, HTAB, SP, VCHAR and obs-text anywhere are taken, and the value's slice is whole. */
+static void test_value_bytes(void)
+{
+    static const unsigned char bad[] = {0x00, 0x01, 0x08, 0x0b, 0x0c, 0x1f, 0x7f};
+    static const unsigned char good[] = {0x09, 0x20, 0x21, 0x7e, 0x80, 0xa0, 0xff};
+    char req[160];
+    kh_h1_head h;
+    kh_h1_field f[8];
+    int bad_ok = 1, good_ok = 1;
+    kh_subtest("value bytes at every offset");
+    for (size_t len = 1; len <= 48; len++) {
+        for (size_t at = 0; at < len; at++) {
+            for (int kind = 0; kind < 2; kind++) {
+                const unsigned char *set = kind ? good : bad;
+                size_t nset = kind ? sizeof good : sizeof bad;
+                for (size_t b = 0; b < nset; b++) {
+                    size_t n = (size_t)snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: x\r\nX-V: ");
+                    memset(req + n, 'a', len);
+                    req[n + at] = (char)set[b];
+                    n += len;
+                    memcpy(req + n, "\r\n\r\n", 4);
+                    n += 4;
+                    ssize_t r = parse(req, n, 0, &h, f, &lim_def);
+                    if (kind == 0 && r != KH_H1_EFIELDVALUE) {
+                        printf("#   byte 0x%02x at %zu of %zu: %zd\n", set[b], at, len, r);
+                        bad_ok = 0;
+                    }
+                    int edge_ws = (set[b] == 0x09 || set[b] == 0x20) && (at == 0 || at == len - 1);
+                    if (kind == 1 && (r != (ssize_t)n || h.num_fields != 2 ||
+                                      (!edge_ws && f[1].value.len != len))) {
+                        printf("#   byte 0x%02x at %zu of %zu: %zd\n", set[b], at, len, r);
+                        good_ok = 0;
+                    }
+                }
+            }
+        }
+    }
+    kh_ok(bad_ok, "a control byte or DEL at any offset of a value: EFIELDVALUE");
+    kh_ok(good_ok, "HTAB, SP, VCHAR, obs-text at any offset of a value: taken whole");
+}
+
 int main(void)
 {
     size_t nvalid = 0, nerr = 0;
@@ -1168,5 +1211,6 @@ int main(void)
     test_error_table();
     test_method_on_error();
     test_host_ok();
+    test_value_bytes();
     return kh_test_done();
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kh_err.h"
 #include "kh_stream.h"
 #include "kh_test.h"
 #include "kh_worker.h"
@@ -260,6 +261,39 @@ static void test_set_head(void)
     kh_ok(W.arena_cached == 0 && W.arena_free[0] == NULL && W.arena_free[1] == NULL, "drained");
 }
 
+/* kh_stream_content_type: the engine's two types come back as its constants, which send_head
+ * passes unscanned; any other value (the same bytes at another address included) is checked as
+ * a field of the app's: a CR or LF in it is refused. */
+static void test_content_type(void)
+{
+    char text[] = "text/plain; charset=utf-8", json[] = "application/json";
+    kh_header t = kh_stream_content_type(text, strlen(text));
+    kh_header j = kh_stream_content_type(json, strlen(json));
+    kh_ok(t.value.ptr != text && t.value.len == 25 && memcmp(t.value.ptr, text, 25) == 0 &&
+              strcmp(t.name.ptr, "Content-Type") == 0,
+          "content_type(text/plain; charset=utf-8): the engine's constant");
+    kh_ok(j.value.ptr != json && j.value.len == 16 && memcmp(j.value.ptr, json, 16) == 0,
+          "content_type(application/json): the engine's constant");
+    char other[] = "text/html";
+    kh_header o = kh_stream_content_type(other, strlen(other));
+    kh_ok(o.value.ptr == other && o.name.ptr != t.name.ptr, "another type: its own bytes");
+    send_one(0, &t, 1, 5);
+    kh_ok(got.n == 2 && strcmp(got.values[0], "text/plain; charset=utf-8") == 0,
+          "the constant is sent");
+    char bad[] = "text/plain\r\nX-Evil: 1";
+    kh_header b = kh_stream_content_type(bad, strlen(bad));
+    kh_stream *s = kh_stream_open(&W, &rec_sink, &proto_token);
+    kh_is_int(kh_stream_send_head(s, 200, &b, 1, 0), KH_EINVAL,
+              "a type with CR LF from the app: still refused");
+    kh_stream_release(s);
+    char cut[] = "text/plain; charset=utf-8\r\n";
+    b = kh_stream_content_type(cut, strlen(cut)); /* not the constant: 27 bytes */
+    s = kh_stream_open(&W, &rec_sink, &proto_token);
+    kh_is_int(kh_stream_send_head(s, 200, &b, 1, 0), KH_EINVAL,
+              "the text type followed by CR LF: refused");
+    kh_stream_release(s);
+}
+
 int main(void)
 {
     setup();
@@ -341,5 +375,6 @@ int main(void)
     kh_ok(got.ptr == rid && got.n == 2, "both off, the app's X-Request-Id: as is");
 
     test_head_build();
+    test_content_type();
     return kh_test_done();
 }

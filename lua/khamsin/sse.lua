@@ -203,7 +203,7 @@ end
 -- nginx in front: X-Accel-Buffering: no (do not buffer the stream)
 local SSE_HEADERS = { ["Cache-Control"] = "no-cache", ["X-Accel-Buffering"] = "no" }
 
-function M.open(req, res)
+function M.open(res)
     if rawget(res, "_streaming") then raise("res:sse(): the response has started already") end
     local h = rawget(res, "headers")
     if h == nil then
@@ -217,8 +217,7 @@ function M.open(req, res)
     owner_co[self] = running()
     rawset(res, "_sse", self)
     self.id = push.register(self)
-    local lei = rawget(req, "headers") and req.headers["last-event-id"]
-        or core.header(res._s, res._g, "last-event-id")
+    local lei = core.header(res._s, res._g, "last-event-id") -- the client's (README)
     if lei then self.last_event_id = lei end
     if not ok then close_stream(self, err) return self end
     open[self] = true

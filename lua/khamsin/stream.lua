@@ -83,7 +83,6 @@ M.held = held
 -- The handler returned (response.finish) after res:write / res:sse.
 function M.ended(res, a, b, c, who)
     if type(a) == "table" and rawget(a, "_s") == res._s and type(a._keep) == "function" and b == nil then
-        rawset(res, "_req", nil)
         return a:_keep() -- `return sse`: the stream stays open, idle, after the handler
     end
     local sse = rawget(res, "_sse")

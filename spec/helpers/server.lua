@@ -434,7 +434,7 @@ M.listening_lines = listening_lines
 
 -- server.start{app = "<lua source>", args = {...}, workers = 1, env = {...},
 --              listen = {"127.0.0.1:0", ...}, dev = false, expect_errors = {"pattern", ...},
---              start_timeout = 30, tls = nil|true|false}
+--              start_timeout = 30, tls = nil|true|false, no_wait = false}
 -- TLS: tls = true serves only TLS (--tls-self-signed on 127.0.0.1:0). Without `listen` and
 -- `tls`, a server has a cleartext listener (srv.listens[1]) and a TLS one after it, so that
 -- every spec can run its requests over "h1+tls" too; tls = false leaves TLS out.
@@ -510,6 +510,12 @@ function M.start(opts)
         error("could not start " .. bin, 2)
     end
     running[self] = true
+    -- no_wait: return once the process runs, before any "listening on" line (with a fixed
+    -- --listen port, M.free_port: a spec that talks to a server still loading some workers)
+    if opts.no_wait then
+        self.listens = {}
+        return self
+    end
 
     -- wait for one "listening on" line per --listen address
     local want = #listen

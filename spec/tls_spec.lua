@@ -285,18 +285,21 @@ describe("TLS", function()
 
     describe("session ticket keys", function()
         it("rotate: a ticket resumes while its key is current or previous, not after", function()
-            -- tls_ticket_rotate_s = 2: a key encrypts for 2 s, then only decrypts until it is 4 s old
-            local srv = server.start { app = APP, tls = true, args = { "--tls-ticket-rotate-s", "2" } }
+            -- tls_ticket_rotate_s = 3: a key encrypts for 3 s, then only decrypts until it is 6 s old;
+            -- the session's own lifetime is 3 s too, counted by OpenSSL in whole seconds, so the
+            -- resumption comes 1 s after the first handshake (with 2 s and 1.5 s a resumption
+            -- that reached a loaded server 0.5 s late could find its session 3 "seconds" old)
+            local srv = server.start { app = APP, tls = true, args = { "--tls-ticket-rotate-s", "3" } }
             local ok, err = pcall(function()
                 local dir = tmpdir()
                 local sess = dir .. "/sess.pem"
                 local t0 = server.now()
                 local out = s_client(srv, "-sess_out " .. sess)
                 assert.truthy(out:find("New, TLSv1.3", 1, true), out)
-                server.sleep(math.max(0, t0 + 1.5 - server.now()))
+                server.sleep(math.max(0, t0 + 1 - server.now()))
                 out = s_client(srv, "-sess_in " .. sess)
                 assert.truthy(out:find("Reused, TLSv1.3", 1, true), out) -- a new ticket now rotates the key
-                server.sleep(math.max(0, t0 + 6.5 - server.now()))
+                server.sleep(math.max(0, t0 + 8.5 - server.now()))
                 out = s_client(srv, "-sess_in " .. sess)
                 assert.truthy(out:find("New, TLSv1.3", 1, true), out) -- its key is gone: full handshake
                 os.execute("rm -rf " .. sh_quote(dir))

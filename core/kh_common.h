@@ -1,7 +1,7 @@
 /* kh_common.h: small shared vocabulary for every core file.
  * Owns:  nothing.
  * In:    -
- * Out:   kh_str slices, branch hints, container/array macros, kh_xmalloc.
+ * Out:   kh_str slices, branch hints, container/array macros, unaligned loads, kh_xmalloc.
  * Never: allocates behind the caller's back (kh_xmalloc aborts on failure, by design). */
 #ifndef KH_COMMON_H
 #define KH_COMMON_H
@@ -31,6 +31,22 @@ typedef struct kh_str {
 static inline int kh_str_eq(kh_str a, const char *b, size_t blen)
 {
     return a.len == blen && (blen == 0 || memcmp(a.ptr, b, blen) == 0);
+}
+
+/* 8 and 4 bytes at p, unaligned, in the machine's order (one load once compiled): the word-at-a-
+ * time scans of kh_h1_parse.c and kh_h2_fields.c. */
+static inline uint64_t kh_load_u64(const void *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint32_t kh_load_u32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
 /* v in decimal at o, no NUL; returns the end. Without printf: every response head writes a

@@ -151,19 +151,6 @@ static inline const char *skip_value(const char *p, const char *end)
     return skip_class(p, end, C_VALUE);
 }
 
-static inline uint64_t load8(const char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-static inline uint32_t load4(const char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* Case-insensitive compare of n bytes against lower-case letters, digits, '-', ':' and '/'.
  * For every byte the parser lets reach here (a tchar, a field-value byte, a target byte),
@@ -175,13 +162,14 @@ static inline int name_is(const char *p, const char *lower, size_t n)
     if (n >= 8) {
         size_t i = 0;
         for (; i + 8 <= n; i += 8)
-            if ((load8(p + i) | UINT64_C(0x2020202020202020)) != load8(lower + i))
+            if ((kh_load_u64(p + i) | UINT64_C(0x2020202020202020)) != kh_load_u64(lower + i))
                 return 0;
-        return i == n || (load8(p + n - 8) | UINT64_C(0x2020202020202020)) == load8(lower + n - 8);
+        return i == n || (kh_load_u64(p + n - 8) | UINT64_C(0x2020202020202020)) ==
+                             kh_load_u64(lower + n - 8);
     }
     if (n >= 4)
-        return (load4(p) | 0x20202020u) == load4(lower) &&
-               (load4(p + n - 4) | 0x20202020u) == load4(lower + n - 4);
+        return (kh_load_u32(p) | 0x20202020u) == kh_load_u32(lower) &&
+               (kh_load_u32(p + n - 4) | 0x20202020u) == kh_load_u32(lower + n - 4);
     for (size_t i = 0; i < n; i++)
         if (((uint8_t)p[i] | 0x20) != (uint8_t)lower[i])
             return 0;

@@ -70,29 +70,17 @@ static int all_of(const uint8_t *p, size_t n, unsigned c)
 #define HIGHS 0x8080808080808080ull
 #define LOWS 0x7f7f7f7f7f7f7f7full
 
-static inline uint64_t ld8(const void *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-static inline uint32_t ld4(const void *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* p[0..n) equals lit (n == strlen(lit), 4 <= n <= 24): two or three word loads, overlapping;
  * inlined with n constant (libc's memcmp was called, ~170 instructions a request) */
 static inline int is(const uint8_t *p, size_t n, const char *lit)
 {
     if (n < 8)
-        return ld4(p) == ld4(lit) && ld4(p + n - 4) == ld4(lit + n - 4);
-    if (n > 16 && ld8(p + 8) != ld8(lit + 8))
+        return kh_load_u32(p) == kh_load_u32(lit) &&
+               kh_load_u32(p + n - 4) == kh_load_u32(lit + n - 4);
+    if (n > 16 && kh_load_u64(p + 8) != kh_load_u64(lit + 8))
         return 0;
-    return ld8(p) == ld8(lit) && ld8(p + n - 8) == ld8(lit + n - 8);
+    return kh_load_u64(p) == kh_load_u64(lit) && kh_load_u64(p + n - 8) == kh_load_u64(lit + n - 8);
 }
 
 /* Eight bytes of a name, each a-z or '-' (the usual names' alphabet): exact per byte (the
@@ -113,9 +101,9 @@ static int name_ok(const uint8_t *p, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        if (!word_lower(ld8(p + i)))
+        if (!word_lower(kh_load_u64(p + i)))
             return all_of(p + i, n - i, C_NAME);
-    if (i == n || (n >= 8 && word_lower(ld8(p + n - 8))))
+    if (i == n || (n >= 8 && word_lower(kh_load_u64(p + n - 8))))
         return 1;
     return all_of(p + i, n - i, C_NAME);
 }
@@ -138,9 +126,10 @@ static int value_ok(const uint8_t *p, size_t n)
         return 0;
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        if (!word_plain(ld8(p + i)))
+        if (!word_plain(kh_load_u64(p + i)))
             return all_of(p + i, n - i, C_VALUE);
-    if (i == n || (n >= 8 && word_plain(ld8(p + n - 8)))) /* the tail: an overlapping word */
+    /* the tail: an overlapping word */
+    if (i == n || (n >= 8 && word_plain(kh_load_u64(p + n - 8))))
         return 1;
     return all_of(p + i, n - i, C_VALUE);
 }
@@ -169,7 +158,7 @@ static int path_ok(const uint8_t *p, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        uint64_t x = ld8(p + i), y = x ^ (0x7f * ONES);
+        uint64_t x = kh_load_u64(p + i), y = x ^ (0x7f * ONES);
         if (((x - 0x21 * ONES) & ~x & HIGHS) | ((y - ONES) & ~y & HIGHS))
             return 0;
     }
@@ -219,7 +208,7 @@ __attribute__((noinline)) static int pseudo(kh_h2_fields *f, const uint8_t *name
             return -1;
         /* http or https, any case: one word compare, no byte loop */
         if ((vlen == 4 || (vlen == 5 && (v[4] | 0x20) == 's')) &&
-            (ld4(v) | 0x20202020u) == ld4("http")) {
+            (kh_load_u32(v) | 0x20202020u) == kh_load_u32("http")) {
             f->flags |= KH_H2F_HTTP;
             return 0;
         }

@@ -151,6 +151,11 @@ static inline const char *skip_value(const char *p, const char *end)
     return skip_class(p, end, C_VALUE);
 }
 
+int kh_h1_value_bytes_ok(const char *p, size_t n)
+{
+    return skip_value(p, p + n) == p + n;
+}
+
 
 /* Case-insensitive compare of n bytes against lower-case letters, digits, '-', ':' and '/'.
  * For every byte the parser lets reach here (a tchar, a field-value byte, a target byte),

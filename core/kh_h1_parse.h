@@ -158,4 +158,10 @@ ssize_t kh_h1_h2_settings(kh_str value, uint8_t *out);
  * :authority, RFC 9113 §8.3.1), so that every protocol refuses the same values. */
 int kh_h1_host_ok(kh_str value);
 
+/* 1 if every byte of p[0..n) is a field-value byte (RFC 9110 §5.5: HTAB, SP, VCHAR, obs-text),
+ * the scan the parser makes over an HTTP/1.1 value (16 bytes a round with SSE2), else 0. For the
+ * other protocols' field values (h2: kh_h2_fields.c), so that every protocol takes the same
+ * bytes; edge whitespace is the caller's rule. */
+int kh_h1_value_bytes_ok(const char *p, size_t n);
+
 #endif

@@ -7,9 +7,9 @@
  * every field anyway; here the same rules cost ~440 (pseudo 189, regular 109, value_ok 87, the
  * rest 57): values go through the HTTP/1.1 parser's own value scan (kh_h1_value_bytes_ok, 16
  * bytes a round; it replaced a word scan of ours at no cost: 12,340 -> 12,332 a request,
- * bench/results/h2-20261202-142643.txt, -142650.txt), names of a-z and '-' 8 bytes at a time, a pseudo-header's name is compared whole
- * (no byte check), a regular name's length picks the few names that need a second look, and the
- * block's state is one word on the connection. Whole request: 14,455 -> 13,508 (bench/README.md).
+ * bench/results/h2-20261202-142643.txt, -142650.txt), names of a-z and '-' 8 bytes at a time,
+ * a pseudo-header's name is compared whole (no byte check), a regular name's length picks the few
+ * names that need a second look, and the block's state is one word on the connection. Whole request: 14,455 -> 13,508 (bench/README.md).
  *
  * The rules, as nghttp2 1.52 made them for a server with no on_invalid_header callback (every
  * breach a stream error, PROTOCOL_ERROR):

@@ -2,6 +2,7 @@
 -- in the table, so a handler that never looks at headers never builds a header table.
 local core = require "khamsin.core"
 local errors = require "khamsin.errors"
+local response = require "khamsin.response" -- its ffi_setup (the FFI's declarations, below)
 errors.own()
 local raise = errors.raise
 
@@ -110,8 +111,23 @@ end
 -- req.method and req.path through the FFI (lua/kh_lua_core.c, kh_lua_req_str), each on its own:
 -- the JIT keeps the handler in its trace, where core.head (all eight fields, the peer address
 -- formatted) ended it. Without the accessor (plain luajit, or no req._p): load_head.
-local req_str
-do
+-- req.headers through the FFI (lua/kh_lua_core.c, kh_lua_req_headers): the fields' bytes are
+-- copied into the table here, so the JIT keeps the handler in its trace, where core.headers (a
+-- lua_CFunction) ended it and the rest of the request ran in the interpreter. The table is the
+-- same: every field, names lower-case, a repeated field joined with ", " (cookie: "; "), any-case
+-- lookup through headers_mt, a plain table the app may iterate, change and keep.
+-- Without the accessor (plain luajit, or no req._p: a held WebSocket's req): core.headers.
+-- Both are declared by the first read of req.method, req.path or req.headers (ffi_setup), not as
+-- the module loads: the FFI's first use (its ctype state, ~41,000 instructions) and the
+-- declarations (~35,000) were paid by every state on its way to its first answer, also by an app
+-- that never reads these fields (bench/startup.sh PARTS=ir). khamsin.response's declarations
+-- come with them (M.ffi_setup there), so that a state has all of khamsin's or none.
+local req_str, req_headers
+local ffi_pending = true
+
+local function ffi_setup()
+    ffi_pending = false
+    response.ffi_setup()
     local ffi = require "ffi"
     local C = ffi.C
     -- declared without asking first: a missing declaration is an error, and an error thrown
@@ -128,35 +144,8 @@ do
             return ffistring(ptr, len[0])
         end
     end
-end
-
-for which, f in pairs { [0] = "method", [1] = "path" } do
-    fields[f] = function(req)
-        if req_str and rawget(req, "_p") then
-            local v = req_str(req, which)
-            if v then rawset(req, f, v) end
-            return v
-        end
-        load_head(req)
-        return rawget(req, f)
-    end
-end
-
--- req.headers through the FFI (lua/kh_lua_core.c, kh_lua_req_headers): the fields' bytes are
--- copied into the table here, so the JIT keeps the handler in its trace, where core.headers (a
--- lua_CFunction) ended it and the rest of the request ran in the interpreter. The table is the
--- same: every field, names lower-case, a repeated field joined with ", " (cookie: "; "), any-case
--- lookup through headers_mt, a plain table the app may iterate, change and keep.
--- Without the accessor (plain luajit, or no req._p: a held WebSocket's req): core.headers.
-local req_headers
-do
-    local ffi = require "ffi"
-    local C = ffi.C
-    -- declared without asking first (as kh_lua_req_str above: each "no" is an error thrown).
-    -- The type on its own, since a cdef that redeclares it fails whole: this module loads
-    -- before khamsin.response, which declares it too (asking, where the answer is yes)
-    pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
-        const char *value; size_t vlen; } kh_lua_hdr;]])
+    -- declared without asking first (as kh_lua_req_str above: each "no" is an error thrown);
+    -- the type kh_lua_hdr came with khamsin.response's (response.ffi_setup, just above)
     pcall(ffi.cdef, [[int kh_lua_req_headers(uintptr_t p, uint32_t gen, kh_lua_hdr *out,
         int max);]])
     if pcall(function() return C.kh_lua_req_headers end) then
@@ -208,11 +197,25 @@ do
             return h
         end
     end
+    M.headers_ffi = req_headers ~= nil -- for spec/req_headers_spec.lua
+end
+M.headers_ffi = false -- until ffi_setup
+
+for which, f in pairs { [0] = "method", [1] = "path" } do
+    fields[f] = function(req)
+        if ffi_pending then ffi_setup() end
+        if req_str and rawget(req, "_p") then
+            local v = req_str(req, which)
+            if v then rawset(req, f, v) end
+            return v
+        end
+        load_head(req)
+        return rawget(req, f)
+    end
 end
 
-M.headers_ffi = req_headers ~= nil -- for spec/req_headers_spec.lua
-
 function fields.headers(req)
+    if ffi_pending then ffi_setup() end
     local p, h = rawget(req, "_p"), nil
     if req_headers and p then h = req_headers(p, rawget(req, "_g")) end
     if not h then h = core_headers(rawget(req, "_s"), rawget(req, "_g")) end

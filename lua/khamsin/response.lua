@@ -24,17 +24,25 @@ local M = {}
 -- instructions per request before -> after: hello 7,006 -> 5,560; a header set 10,848 -> 6,748;
 -- a header read and one set (bench/apps/hello_headers.lua) 13,199 -> 11,539 (req.headers,
 -- core.headers, still ends the trace). Absent (plain luajit, the unit specs): core.respond.
+-- Declared when first needed (M.ffi_setup), not as the module loads: by the second reply the
+-- runner makes (the first goes through core.respond: the interpreter runs a state's first
+-- requests, where a lua_CFunction costs no more than an FFI call, and the JIT has nothing to
+-- keep yet), or by khamsin.request's first req.method, req.path or req.headers. The FFI's first
+-- use and the declarations cost ~80,000 instructions that every state paid on its way to its
+-- first answer (bench/startup.sh PARTS=ir, hello app).
 local respond_fast, fast_h
-do
+local fast_state = 0 -- 0: no reply yet; 1: one made (through core.respond); 2: ffi_setup ran
+
+function M.ffi_setup()
+    if fast_state == 2 then return end
+    fast_state = 2
     local ffi = require "ffi"
     local C = ffi.C
-    -- declared without asking first whether the function is (the question, when the answer
-    -- is no, costs an error thrown: see req_str in khamsin.request). The type on its own, since
-    -- a cdef that redeclares it fails whole: khamsin.request, loaded first, declared it
-    if not pcall(ffi.typeof, "kh_lua_hdr") then
-        pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
-            const char *value; size_t vlen; } kh_lua_hdr;]])
-    end
+    -- declared without asking first whether it is (the question, when the answer is no, costs
+    -- an error thrown: see req_str in khamsin.request). The type on its own, since a cdef that
+    -- redeclares it fails whole (khamsin.request's kh_lua_req_headers uses it too)
+    pcall(ffi.cdef, [[typedef struct kh_lua_hdr { const char *name; size_t nlen;
+        const char *value; size_t vlen; } kh_lua_hdr;]])
     pcall(ffi.cdef, [[int kh_lua_respond_fast(uint32_t gen, int status, const char *body,
         size_t blen, const char *ctype, size_t ctlen, const kh_lua_hdr *hs, int nh);]])
     local ok, f = pcall(function() return C.kh_lua_respond_fast end)
@@ -384,6 +392,9 @@ function M.finish(res, a, b, c, who, own)
                 .. "has none (RFC 9110 §15.3.5, §15.4.5)")
         end
         ctype = nil
+    end
+    if own and fast_state ~= 2 then -- the first reply: core.respond; the second sets up
+        if fast_state == 0 then fast_state = 1 else M.ffi_setup() end
     end
     if own and respond_fast then
         -- up to two headers, unrolled: a loop here would be an inner loop of the request's

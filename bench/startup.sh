@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # bench/startup.sh - start-up: exec of the server -> its first answered request, cleartext and
-# with a TLS listener (issue 15 item 5), against two floors: /bin/true spawned the same way (its
+# with a TLS listener (issue 15 item 5), against three floors: /bin/true spawned the same way (its
 # exit polled), and a C server polled exactly as khamsin is (bench/lib/startup_floor.c: listen,
-# accept, answer the same 13 bytes; built here with cc), plus the load-independent parts: callgrind instruction counts from exec to the first
+# accept, answer the same 13 bytes; built here with cc), and the Lua floor (floor-lua: that server
+# with a lua_State, the standard libraries and a one-line hello handler that makes the answer,
+# bench/lib/startup_floor_lua.c, linked against the static LuaJIT khamsin links: what any LuaJIT
+# engine pays), plus the load-independent parts: callgrind instruction counts from exec to the first
 # request reaching Lua (bench/apps/first_answer.lua exits there) and where they go, and the page
 # faults on that way, by phase and by mapping (cleartext; bench/lib/startupfaults.py).
 #
@@ -46,6 +49,11 @@ TMP=$(mktemp -d /tmp/khbench-startup.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 FLOOR=$TMP/startup_floor # the second floor (see the header)
 cc -O2 -o "$FLOOR" bench/lib/startup_floor.c
+# the Lua floor (see the header): the LuaJIT archive the build links (KH_LUAJIT_A), else pkg-config's
+LUAJIT_A=$(sed -n 's/^KH_LUAJIT_A:FILEPATH=//p' "$(dirname "$BIN")/CMakeCache.txt" 2>/dev/null || true)
+[[ -f $LUAJIT_A ]] || LUAJIT_A=$(pkg-config --variable=libdir luajit)/libluajit-5.1.a
+FLOOR_LUA=$TMP/startup_floor_lua
+cc -O2 -static-libgcc $(pkg-config --cflags luajit) -o "$FLOOR_LUA" bench/lib/startup_floor_lua.c "$LUAJIT_A" -lm -ldl
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TMP/key.pem" \
   -out "$TMP/cert.pem" -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
 COMMON="--workers 1 --log-level warn"
@@ -68,6 +76,18 @@ ir_case() { # name listen-args... -> Ir of exec -> first request in Lua; keeps t
   wait "$pid" || true
   awk '/^summary:|^totals:/ {print $2; exit}' "$out"
 }
+floor_ir() { # floor binary -> Ir of exec -> exit after its first answer (--once); keeps the profile
+  local out=$TMP/cg-$(basename "$1").out fpid i
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$1" "$PORT" --once >/dev/null 2>&1 &
+  fpid=$!
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$fpid" 2>/dev/null || break
+    curl -s --max-time 60 -o /dev/null "http://127.0.0.1:$PORT/" || true
+    sleep 0.1
+  done
+  wait "$fpid" || true
+  awk '/^summary:|^totals:/ {print $2; exit}' "$out"
+}
 breakdown() { # profile -> the inclusive counts of the start-up's parts (first match of each name)
   callgrind_annotate --inclusive=yes "$1" 2>/dev/null | $PY -c '
 import re, sys
@@ -87,6 +107,7 @@ parts = [  # (label, function): inclusive, so a part includes the lines indented
     ("main, all of it (worker 0 load included)", "main"),
     ("worker 0: Lua state + app load", "kh_worker_load_here"),
     ("  of it: the Lua standard libraries", "luaL_openlibs"),
+    ("  of it: the state itself (luaL_newstate)", "luaL_newstate"),
     ("  of it: the khamsin.core table of C functions", "open_core"),
     ("  of it: the khamsin modules (bytecode, main chunks; the core table in it)", "load_module"),
     ("  of it: the FFI, first use (ctype state)", "luaopen_ffi"),
@@ -116,10 +137,10 @@ for label, fn in parts:
   if [[ " $PARTS " == *" wall "* ]]; then
     echo
     echo "## Wall clock: exec (pinned to core $SERVER_CORE) -> first 200 'Hello, World!', polled every 0.2 ms from core $CLIENT_CORE; $RUNS runs, each alternating floor, khamsin, khamsin-tls, khamsin-ss-tls"
-    echo "   floor: /bin/true spawned the same way, its exit polled at the same cadence; floor-server: a C server (bench/lib/startup_floor.c) polled exactly as khamsin is; -tls cases poll over TLS 1.3 (python ssl: a full handshake, then GET /)"
+    echo "   floor: /bin/true spawned the same way, its exit polled at the same cadence; floor-server: a C server (bench/lib/startup_floor.c) polled exactly as khamsin is; floor-lua: that server answering through a LuaJIT state and a one-line handler (bench/lib/startup_floor_lua.c); -tls cases poll over TLS 1.3 (python ssl: a full handshake, then GET /)"
     "${RTPREFIX[@]}" $PY bench/lib/startupbench.py --runs "$RUNS" --port "$PORT" --server-core "$SERVER_CORE" \
       --client-core "$CLIENT_CORE" --json "$TMP/wall.jsonl" --log "$TMP/wall.log" \
-      "floor-server=$FLOOR PORT" "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua" "khamsin-ss-tls=$SS bench/apps/hello.lua"
+      "floor-server=$FLOOR PORT" "floor-lua=$FLOOR_LUA PORT" "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua" "khamsin-ss-tls=$SS bench/apps/hello.lua"
     echo "   (load average now $(cut -d' ' -f1-3 /proc/loadavg): on a busy box every figure, the floor too, grows; compare the '- floor' column and the instruction counts below)"
     echo "   the client's own share of those figures: one poll (new connection; -tls: a full TLS 1.3 handshake; then GET /) of a server already running"
     $PY bench/lib/startupbench.py --warm-gets "${WARM_GETS:-300}" --port "$PORT" --server-core "$SERVER_CORE" \
@@ -128,22 +149,15 @@ for label, fn in parts:
   fi
   if [[ " $PARTS " == *" counts "* ]]; then
     echo
-    echo "## Counts (load-independent): exec -> the first request (khamsin: bench/apps/first_answer.lua exits there; floor-server --once exits after its answer)"
+    echo "## Counts (load-independent): exec -> the first request (khamsin: bench/apps/first_answer.lua exits there; floor-server and floor-lua --once exit after their answer)"
     if command -v perf >/dev/null && command -v strace >/dev/null; then
       $PY bench/lib/startupcounts.py --port "$PORT" --runs "${COUNT_RUNS:-20}" "true=/bin/true" \
-        "floor-server=$FLOOR PORT --once" "khamsin=$CLEAR bench/apps/first_answer.lua"
+        "floor-server=$FLOOR PORT --once" "floor-lua=$FLOOR_LUA PORT --once" \
+        "khamsin=$CLEAR bench/apps/first_answer.lua"
       if command -v valgrind >/dev/null; then
-        # the floor's instructions, to set beside khamsin's in the next part
-        valgrind --tool=callgrind --callgrind-out-file="$TMP/cg-floor.out" "$FLOOR" "$PORT" --once >/dev/null 2>&1 &
-        fpid=$!
-        for ((i = 0; i < 600; i++)); do
-          kill -0 "$fpid" 2>/dev/null || break
-          curl -s --max-time 60 -o /dev/null "http://127.0.0.1:$PORT/" || true
-          sleep 0.1
-        done
-        wait "$fpid" || true
-        printf '  floor-server: %s Ir (callgrind, exec -> exit after its first answer)\n' \
-          "$(awk '/^summary:|^totals:/ {print $2; exit}' "$TMP/cg-floor.out")"
+        # the floors' instructions, to set beside khamsin's in the next part
+        printf '  floor-server: %s Ir (callgrind, exec -> exit after its first answer)\n' "$(floor_ir "$FLOOR")"
+        printf '  floor-lua:    %s Ir (callgrind, exec -> exit after its first answer)\n' "$(floor_ir "$FLOOR_LUA")"
       fi
     else
       echo "  (skipped: needs perf and strace)"
@@ -156,7 +170,11 @@ for label, fn in parts:
     SCHEME=http; ir_clear=$(ir_case clear --listen "127.0.0.1:$PORT")
     SCHEME=https; ir_tls=$(ir_case tls --listen "tls://127.0.0.1:$PORT" --tls-cert "$TMP/cert.pem" --tls-key "$TMP/key.pem")
     SCHEME=https; ir_ss=$(ir_case ss --listen "tls://127.0.0.1:$PORT" --tls-self-signed)
-    printf '  %-16s %12s Ir\n' khamsin "$ir_clear" khamsin-tls "$ir_tls" khamsin-ss-tls "$ir_ss"
+    ir_flua=$(floor_ir "$FLOOR_LUA")
+    printf '  %-16s %12s Ir\n' floor-lua "$ir_flua" khamsin "$ir_clear" khamsin-tls "$ir_tls" khamsin-ss-tls "$ir_ss"
+    echo "   (floor-lua: exec -> exit after its first answer, the handler called; khamsin: exec -> the first request in Lua)"
+    echo "  where floor-lua's go (inclusive):"
+    breakdown "$TMP/cg-startup_floor_lua.out"
     for c in clear tls ss; do
       echo "  where khamsin-$c's go (inclusive):"
       breakdown "$TMP/cg-$c.out"
@@ -185,7 +203,7 @@ for label, fn in parts:
       cc -O2 -o "$TMP/gate" bench/lib/startup_gate.c
       "${RTPREFIX[@]}" $PY bench/lib/startuptimeline.py --gate "$TMP/gate" --runs "$RUNS" --port "$PORT" \
         --server-core "$SERVER_CORE" --client-core "$CLIENT_CORE" "true=/bin/true" "floor-server=$FLOOR PORT" \
-        "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-w$(nproc)=${CLEAR/--workers 1/--workers $(nproc)} bench/apps/hello.lua"
+        "floor-lua=$FLOOR_LUA PORT" "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-w$(nproc)=${CLEAR/--workers 1/--workers $(nproc)} bench/apps/hello.lua"
     else
       echo "  (skipped: needs root and tracefs instances)"
     fi

@@ -11,6 +11,9 @@
 #   APP=bench/apps/hello_headers.lua bench/callgrind.sh   # another app; its nginx counterpart:
 #   SERVER=nginx-lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/callgrind.sh
 #   KHAMSIN_ARGS="--request-id-header 0" bench/callgrind.sh  # more khamsin options (split on spaces)
+#   CACHE=1 REQUESTS=20000 CONNS=64 bench/callgrind.sh   # also valgrind's cache simulation
+#                                           # (--cache-sim=yes): I1/D1 and last-level (LL) misses
+#                                           # per request, and the top functions by D1 misses
 #   HEADERS=browser APP=bench/apps/hello_headers.lua bench/callgrind.sh  # each request also
 #                                           # carries a browser's 9 header fields (BROWSER_HEADERS
 #                                           # below; HEADERS='A: 1|B: 2' others), h1 and h2 alike
@@ -37,6 +40,9 @@ CONNS=${CONNS:-}
 SERVER=${SERVER:-khamsin}
 APP=${APP:-bench/apps/hello.lua}
 INCLUSIVE=${INCLUSIVE:-0}
+CACHE=${CACHE:-0}
+VG_ARGS=(--tool=callgrind)
+((CACHE == 1)) && VG_ARGS+=(--cache-sim=yes)
 KHAMSIN_ARGS=${KHAMSIN_ARGS:-}
 # What Firefox sends for a page, less Host (the client's own) and cookies: 9 fields, 350 bytes.
 BROWSER_HEADERS='User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0|Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8|Accept-Language: en-US,en;q=0.5|Accept-Encoding: gzip, deflate, br|Connection: keep-alive|Upgrade-Insecure-Requests: 1|Sec-Fetch-Dest: document|Sec-Fetch-Mode: navigate|Sec-Fetch-Site: none'
@@ -99,7 +105,7 @@ fi
 
 run() { # out_file load_seconds -> prints requests served
   local out=$1 secs=$2 pid i n=0 c
-  valgrind --tool=callgrind --callgrind-out-file="$out" "${SERVER_CMD[@]}" >"$TMP/log" 2>&1 &
+  valgrind "${VG_ARGS[@]}" --callgrind-out-file="$out" "${SERVER_CMD[@]}" >"$TMP/log" 2>&1 &
   pid=$!
   for ((i = 0; i < 600; i++)); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
   local probe=1
@@ -140,6 +146,17 @@ echo "command:  SERVER=$SERVER PROTO=$PROTO REQUESTS=$REQUESTS CONNS=$CONNS SECO
 echo "start+stop only: $base Ir ($base_req request)$( ((WARMUP_SECONDS > 0)) && echo ', counted from the zeroing: the stop')"
 echo "with load:       $load Ir ($load_req requests)"
 echo "instructions per request: $(( (load - base) / (load_req - base_req) ))"
+if ((CACHE == 1)); then # every event of the totals line, per request (D1mr+D1mw = D1 misses, DLmr+DLmw = LL)
+  events=$(awk '/^events:/ {$1 = ""; print; exit}' "$TMP/load.out")
+  paste <(tr ' ' '\n' <<<"$events" | sed '/^$/d') \
+    <(callgrind_annotate "$TMP/base.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {for (i = 1; i < NF; i++) {gsub(",", "", $i); print $i}}') \
+    <(callgrind_annotate "$TMP/load.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {for (i = 1; i < NF; i++) {gsub(",", "", $i); print $i}}') |
+    awk -v n=$((load_req - base_req)) '{printf "  %-5s per request: %.2f\n", $1, ($3 - $2) / n}'
+  echo
+  echo "top functions of the loaded run by D1 misses (D1mr + D1mw; columns: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw):"
+  callgrind_annotate --sort=D1mr,D1mw "$TMP/load.out" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 2,${TOP:-16}p
+  echo
+fi
 echo
 echo "top functions of the loaded run:"
 callgrind_annotate --inclusive=$([[ $INCLUSIVE == 1 ]] && echo yes || echo no) "$TMP/load.out" 2>/dev/null |

@@ -11,6 +11,9 @@
 #   APP=bench/apps/hello_headers.lua bench/callgrind.sh   # another app; its nginx counterpart:
 #   SERVER=nginx-lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/callgrind.sh
 #   KHAMSIN_ARGS="--request-id-header 0" bench/callgrind.sh  # more khamsin options (split on spaces)
+#   FOOTPRINT=1 REQUESTS=2000 CONNS=64 bench/callgrind.sh  # instead: distinct 4 KiB pages and
+#                                           # 64-byte lines touched between two syscalls, per
+#                                           # request (valgrind's lackey; bench/lib/footprint.py says why)
 #   CACHE=1 REQUESTS=20000 CONNS=64 bench/callgrind.sh   # also valgrind's cache simulation
 #                                           # (--cache-sim=yes): I1/D1 and last-level (LL) misses
 #                                           # per request, and the top functions by D1 misses
@@ -133,6 +136,42 @@ run() { # out_file load_seconds -> prints requests served
   echo $((n + probe)) # + the readiness probe, unless the counters were zeroed after it
 }
 
+if [[ ${FOOTPRINT:-0} == 1 ]]; then # lackey's trace through a FIFO, counted only around the load
+  [[ -n $REQUESTS ]] || { echo "FOOTPRINT=1 needs REQUESTS" >&2; exit 1; }
+  mkfifo "$TMP/trace"
+  /usr/bin/python3 bench/lib/footprint.py "$TMP/trace" "$TMP/fp.json" &
+  fpid=$!
+  valgrind --tool=lackey --trace-mem=yes --trace-syscalls=yes --log-file="$TMP/trace" "${SERVER_CMD[@]}" >"$TMP/log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 1200; i++)); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
+  curl -s -o /dev/null "http://127.0.0.1:$PORT/"
+  sleep 1
+  kill -USR1 "$fpid"
+  n=$(h2load --h1 -c"${CONNS:-4}" -n "$REQUESTS" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
+  sleep 1
+  kill -USR2 "$fpid"
+  kill -TERM "$pid"; wait "$pid" || true
+  wait "$fpid"
+  echo "server:   $SERVER: ${SERVER_CMD[*]}"
+  [[ $SERVER == khamsin ]] && echo "binary:   $BIN ($(git rev-parse --short HEAD))${KHAMSIN_ARGS:+ $KHAMSIN_ARGS}"
+  echo "command:  FOOTPRINT=1 SERVER=$SERVER REQUESTS=$REQUESTS CONNS=$CONNS APP=$APP${HEADERS:+ HEADERS='$HEADERS'} bench/callgrind.sh"
+  /usr/bin/python3 - "$TMP/fp.json" "$n" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1])); n = int(sys.argv[2])
+print(f"requests: {n}; user segments between syscalls: {t['segments'] / n:.2f} a request")
+print(f"per request: instructions {t['instr'] / n:.0f}, data accesses {t['daccess'] / n:.0f}")
+print(f"per request, summed over segments (each starts with an empty TLB under PTI without PCID):")
+print(f"  distinct 4 KiB pages: code {t['ipages'] / n:.1f}, data {t['dpages'] / n:.1f}, total {(t['ipages'] + t['dpages']) / n:.1f}")
+print(f"  distinct 64 B lines:  code {t['ilines'] / n:.1f}, data {t['dlines'] / n:.1f}, total {(t['ilines'] + t['dlines']) / n:.1f}")
+print("  by the syscall that ends the segment (segments, code pages, data pages per request):")
+for k, v in sorted(t["by_syscall"].items(), key=lambda kv: -kv[1]["ipages"] - kv[1]["dpages"]):
+    print(f"    {k:<22} {v['segments'] / n:6.2f} {v['ipages'] / n:7.1f} {v['dpages'] / n:7.1f}")
+print("  vDSO calls (clock reads; natively no kernel entry) per request: "
+      + (", ".join(f"{k[4:]} {v / n:.2f}" for k, v in sorted(t["vdso"].items())) or "none"))
+PY
+  exit 0
+fi
+
 total_ir() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 
 base_req=$(run "$TMP/base.out" 0)
@@ -149,8 +188,8 @@ echo "instructions per request: $(( (load - base) / (load_req - base_req) ))"
 if ((CACHE == 1)); then # every event of the totals line, per request (D1mr+D1mw = D1 misses, DLmr+DLmw = LL)
   events=$(awk '/^events:/ {$1 = ""; print; exit}' "$TMP/load.out")
   paste <(tr ' ' '\n' <<<"$events" | sed '/^$/d') \
-    <(callgrind_annotate "$TMP/base.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {for (i = 1; i < NF; i++) {gsub(",", "", $i); print $i}}') \
-    <(callgrind_annotate "$TMP/load.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {for (i = 1; i < NF; i++) {gsub(",", "", $i); print $i}}') |
+    <(awk '/^(summary|totals):/ {for (i = 2; i <= NF; i++) print $i; exit}' "$TMP/base.out") \
+    <(awk '/^(summary|totals):/ {for (i = 2; i <= NF; i++) print $i; exit}' "$TMP/load.out") |
     awk -v n=$((load_req - base_req)) '{printf "  %-5s per request: %.2f\n", $1, ($3 - $2) / n}'
   echo
   echo "top functions of the loaded run by D1 misses (D1mr + D1mw; columns: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw):"

@@ -33,6 +33,11 @@ void *__real_dlsym(void *restrict handle, const char *restrict name);
 void *__wrap_dlopen(const char *file, int mode);
 void *__wrap_dlsym(void *restrict handle, const char *restrict name);
 
+/* KH_LIBC_PATH builds name it by its path, in libc's directory: no search (CMakeLists.txt) */
+#ifndef KH_LIBM_PATH
+#define KH_LIBM_PATH "libm.so.6"
+#endif
+
 static _Atomic(void *) libm_handle;
 
 /* libm in the process's global scope, as ld.so put it there at exec before KH_LAZY_LIBM */
@@ -41,7 +46,7 @@ static void *libm_global(void)
     void *h = atomic_load_explicit(&libm_handle, memory_order_acquire);
     if (h == NULL) {
         /* dlopen is thread-safe and returns the same handle when several threads race here */
-        h = __real_dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL);
+        h = __real_dlopen(KH_LIBM_PATH, RTLD_NOW | RTLD_GLOBAL);
         if (h != NULL)
             atomic_store_explicit(&libm_handle, h, memory_order_release);
     }
@@ -72,7 +77,7 @@ static void *libm_sym(const char *name)
     void *h = libm_global();
     void *p = h ? __real_dlsym(h, name) : NULL;
     if (p == NULL) {
-        fprintf(stderr, "khamsin: cannot resolve %s in libm.so.6: %s\n", name, dlerror());
+        fprintf(stderr, "khamsin: cannot resolve %s in " KH_LIBM_PATH ": %s\n", name, dlerror());
         abort();
     }
     return p;

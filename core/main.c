@@ -685,23 +685,23 @@ static void prefault_main_thread(void)
 #endif
 }
 
-/* The code of the way to the first answer: the engine, libuv and LuaJIT, which the link puts
- * in one run of pages from the start of the binary to kh_cold_text_start, before the libraries
- * no start-up runs (cmake/khamsin-startup.ld, KH_STARTUP_LAYOUT: nghttp2 and the compressors).
- * The start-up touches nearly every 64 KiB block of it, each a trapping fault that maps the
- * block's pages (~10 of them after main, 12-18 us each on this VM), so the run is made present
- * with one MADV_POPULATE_READ instead: its 248 pages in 25-45 us against 175-320 us for 16
- * faults (bench/lib/populate_read_cost.c); PARTS=counts bench/startup.sh, exec -> the first
- * request in Lua: 90 -> 81 faults. Without the layout (the symbol is then absent), or where
+/* The code and constants of the way to the first answer: the engine's, libuv's and LuaJIT's
+ * .text, then their .rodata (the next segment starts with it), which the link puts in one run
+ * of pages from kh_cold_text_end to kh_cold_rodata_start, apart from the libraries no start-up
+ * runs (cmake/khamsin-startup.ld, KH_STARTUP_LAYOUT: nghttp2 and the compressors). The start-up
+ * touches nearly every 64 KiB block of it, each a trapping fault that maps the block's pages
+ * (~12 of them after main, 12-18 us each on this VM), so the run is made present with one
+ * MADV_POPULATE_READ instead: 248 pages of code in 25-45 us against 175-320 us for 16 faults
+ * (bench/lib/populate_read_cost.c). Without the layout (the symbols are then absent), or where
  * the advice is unknown (a kernel before 5.14), nothing is done. */
-extern const char __executable_start[];
-extern const char kh_cold_text_start[] __attribute__((weak));
+extern const char kh_cold_text_end[] __attribute__((weak));
+extern const char kh_cold_rodata_start[] __attribute__((weak));
 static void prefault_code(void)
 {
 #ifdef MADV_POPULATE_READ
-    uintptr_t a = (uintptr_t)__executable_start & ~(uintptr_t)4095, e = (uintptr_t)kh_cold_text_start;
-    if (e > a)
-        (void)madvise((void *)a, e - a, MADV_POPULATE_READ);
+    uintptr_t a = (uintptr_t)kh_cold_text_end, e = (uintptr_t)kh_cold_rodata_start;
+    if (a && e > a)
+        (void)madvise((void *)(a & ~(uintptr_t)4095), e - (a & ~(uintptr_t)4095), MADV_POPULATE_READ);
 #endif
 }
 

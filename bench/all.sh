@@ -48,7 +48,7 @@ TD=${TLS_DURATION:-$(( DURATION > 3 ? DURATION : 3 ))}
 est_set() {
   local R=$ROUNDS D=$DURATION W=$WARMUP X=$XD
   case $1 in # fixed + R x (windows x (window + overhead)), tenths of a second where it matters
-    http1) echo $(( 20 + R * (8 * (D + W) + 8 * 6 / 10) )) ;;            # 6 keep-alive + 2 close windows; idle 2 x IDLE
+    http1) echo $(( 20 + R * (8 * (D + W) + 8 * 6 / 10 + 2 * (10 + 6) / 10) )) ;; # 6 keep-alive + 2 close windows + 2 floor windows of 1 s; idle 2 x IDLE
     tls) echo $(( 10 + 3 * TIDLE / 100 + R * (2 * (TD + W + 1) + 4 * (HS + 1)) )) ;; # 2 load + 4 handshake windows; idle 3 x TIDLE
     h2) echo $(( 7 + 6 * IDLE / 500 + R * 6 * (D + W + 1) )) ;;           # 6 servers; idle 6 x IDLE
     json) echo $(( 2 + R * (JN * 9 / 100000 + 1) )) ;;                    # 2 codecs x (N/10 + 2 N) ops of ~20 us

@@ -11,6 +11,12 @@
 #   APP=bench/apps/hello_headers.lua bench/callgrind.sh   # another app; its nginx counterpart:
 #   SERVER=nginx-lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/callgrind.sh
 #   KHAMSIN_ARGS="--request-id-header 0" bench/callgrind.sh  # more khamsin options (split on spaces)
+#   FOOTPRINT=1 REQUESTS=2000 CONNS=64 bench/callgrind.sh  # instead: distinct 4 KiB pages and
+#                                           # 64-byte lines touched between two syscalls, per
+#                                           # request (valgrind's lackey; bench/lib/footprint.py says why)
+#   CACHE=1 REQUESTS=20000 CONNS=64 bench/callgrind.sh   # also valgrind's cache simulation
+#                                           # (--cache-sim=yes): I1/D1 and last-level (LL) misses
+#                                           # per request, and the top functions by D1 misses
 #   HEADERS=browser APP=bench/apps/hello_headers.lua bench/callgrind.sh  # each request also
 #                                           # carries a browser's 9 header fields (BROWSER_HEADERS
 #                                           # below; HEADERS='A: 1|B: 2' others), h1 and h2 alike
@@ -37,6 +43,9 @@ CONNS=${CONNS:-}
 SERVER=${SERVER:-khamsin}
 APP=${APP:-bench/apps/hello.lua}
 INCLUSIVE=${INCLUSIVE:-0}
+CACHE=${CACHE:-0}
+VG_ARGS=(--tool=callgrind)
+((CACHE == 1)) && VG_ARGS+=(--cache-sim=yes)
 KHAMSIN_ARGS=${KHAMSIN_ARGS:-}
 # What Firefox sends for a page, less Host (the client's own) and cookies: 9 fields, 350 bytes.
 BROWSER_HEADERS='User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0|Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8|Accept-Language: en-US,en;q=0.5|Accept-Encoding: gzip, deflate, br|Connection: keep-alive|Upgrade-Insecure-Requests: 1|Sec-Fetch-Dest: document|Sec-Fetch-Mode: navigate|Sec-Fetch-Site: none'
@@ -99,7 +108,7 @@ fi
 
 run() { # out_file load_seconds -> prints requests served
   local out=$1 secs=$2 pid i n=0 c
-  valgrind --tool=callgrind --callgrind-out-file="$out" "${SERVER_CMD[@]}" >"$TMP/log" 2>&1 &
+  valgrind "${VG_ARGS[@]}" --callgrind-out-file="$out" "${SERVER_CMD[@]}" >"$TMP/log" 2>&1 &
   pid=$!
   for ((i = 0; i < 600; i++)); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
   local probe=1
@@ -127,6 +136,42 @@ run() { # out_file load_seconds -> prints requests served
   echo $((n + probe)) # + the readiness probe, unless the counters were zeroed after it
 }
 
+if [[ ${FOOTPRINT:-0} == 1 ]]; then # lackey's trace through a FIFO, counted only around the load
+  [[ -n $REQUESTS ]] || { echo "FOOTPRINT=1 needs REQUESTS" >&2; exit 1; }
+  mkfifo "$TMP/trace"
+  /usr/bin/python3 bench/lib/footprint.py "$TMP/trace" "$TMP/fp.json" &
+  fpid=$!
+  valgrind --tool=lackey --trace-mem=yes --trace-syscalls=yes --log-file="$TMP/trace" "${SERVER_CMD[@]}" >"$TMP/log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 1200; i++)); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
+  curl -s -o /dev/null "http://127.0.0.1:$PORT/"
+  sleep 1
+  kill -USR1 "$fpid"
+  n=$(h2load --h1 -c"${CONNS:-4}" -n "$REQUESTS" ${HDR_ARGS[@]+"${HDR_ARGS[@]}"} "http://127.0.0.1:$PORT/" | awk '/^requests:/ {print $8}')
+  sleep 1
+  kill -USR2 "$fpid"
+  kill -TERM "$pid"; wait "$pid" || true
+  wait "$fpid"
+  echo "server:   $SERVER: ${SERVER_CMD[*]}"
+  [[ $SERVER == khamsin ]] && echo "binary:   $BIN ($(git rev-parse --short HEAD))${KHAMSIN_ARGS:+ $KHAMSIN_ARGS}"
+  echo "command:  FOOTPRINT=1 SERVER=$SERVER REQUESTS=$REQUESTS CONNS=$CONNS APP=$APP${HEADERS:+ HEADERS='$HEADERS'} bench/callgrind.sh"
+  /usr/bin/python3 - "$TMP/fp.json" "$n" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1])); n = int(sys.argv[2])
+print(f"requests: {n}; user segments between syscalls: {t['segments'] / n:.2f} a request")
+print(f"per request: instructions {t['instr'] / n:.0f}, data accesses {t['daccess'] / n:.0f}")
+print(f"per request, summed over segments (each starts with an empty TLB under PTI without PCID):")
+print(f"  distinct 4 KiB pages: code {t['ipages'] / n:.1f}, data {t['dpages'] / n:.1f}, total {(t['ipages'] + t['dpages']) / n:.1f}")
+print(f"  distinct 64 B lines:  code {t['ilines'] / n:.1f}, data {t['dlines'] / n:.1f}, total {(t['ilines'] + t['dlines']) / n:.1f}")
+print("  by the syscall that ends the segment (segments, code pages, data pages per request):")
+for k, v in sorted(t["by_syscall"].items(), key=lambda kv: -kv[1]["ipages"] - kv[1]["dpages"]):
+    print(f"    {k:<22} {v['segments'] / n:6.2f} {v['ipages'] / n:7.1f} {v['dpages'] / n:7.1f}")
+print("  vDSO calls (clock reads; natively no kernel entry) per request: "
+      + (", ".join(f"{k[4:]} {v / n:.2f}" for k, v in sorted(t["vdso"].items())) or "none"))
+PY
+  exit 0
+fi
+
 total_ir() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 
 base_req=$(run "$TMP/base.out" 0)
@@ -140,6 +185,17 @@ echo "command:  SERVER=$SERVER PROTO=$PROTO REQUESTS=$REQUESTS CONNS=$CONNS SECO
 echo "start+stop only: $base Ir ($base_req request)$( ((WARMUP_SECONDS > 0)) && echo ', counted from the zeroing: the stop')"
 echo "with load:       $load Ir ($load_req requests)"
 echo "instructions per request: $(( (load - base) / (load_req - base_req) ))"
+if ((CACHE == 1)); then # every event of the totals line, per request (D1mr+D1mw = D1 misses, DLmr+DLmw = LL)
+  events=$(awk '/^events:/ {$1 = ""; print; exit}' "$TMP/load.out")
+  paste <(tr ' ' '\n' <<<"$events" | sed '/^$/d') \
+    <(awk '/^(summary|totals):/ {for (i = 2; i <= NF; i++) print $i; exit}' "$TMP/base.out") \
+    <(awk '/^(summary|totals):/ {for (i = 2; i <= NF; i++) print $i; exit}' "$TMP/load.out") |
+    awk -v n=$((load_req - base_req)) '{printf "  %-5s per request: %.2f\n", $1, ($3 - $2) / n}'
+  echo
+  echo "top functions of the loaded run by D1 misses (D1mr + D1mw; columns: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw):"
+  callgrind_annotate --sort=D1mr,D1mw "$TMP/load.out" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 2,${TOP:-16}p
+  echo
+fi
 echo
 echo "top functions of the loaded run:"
 callgrind_annotate --inclusive=$([[ $INCLUSIVE == 1 ]] && echo yes || echo no) "$TMP/load.out" 2>/dev/null |

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/http1.sh - HTTP/1.1 benchmark: khamsin vs nginx+lua vs nginx static, keep-alive and a
 # new connection per request (`Connection: close`), all in ONE run (never compare figures from
-# different runs). See bench/README.md.
+# different runs). See bench/README.md. The keep-alive part also runs `floor` (bench/lib/hello_floor.c:
+# epoll, one read and one fixed write a request, no parsing), alternated with the servers in each
+# round: its req per server CPU-second over nginx + lua's is the ceiling any server has on this box.
 #
 #   bench/http1.sh                                  # full run, ~11 min
 #   SERVERS="nginx-lua nginx-static" bench/http1.sh # anchors only
@@ -13,7 +15,9 @@
 #   DURATION=10 (s per measured window) WARMUP=2 (s of wrk before each window, per server start)
 #   IDLE_CONNS=10000 IDLE_SERVERS=(SERVERS minus nginx-static) STARTUP_RUNS=10
 #   STARTUP_SERVERS=(same as IDLE_SERVERS) PARTS="load close idle startup" BASE_PORT=23080
-#   CLOSE_CONNS=256 (connections of the `Connection: close` part) CLOSE_SERVERS=(SERVERS)
+#   CLOSE_CONNS=256 (connections of the `Connection: close` part) CLOSE_SERVERS=(SERVERS minus floor)
+#   FLOOR=1 (0: no floor anchor in the keep-alive part) FLOOR_DURATION=1 FLOOR_WARMUP=0 (its windows:
+#   short, it has no JIT to warm and its ratio needs no more than a second of wrk)
 #   KHAMSIN_BIN=build-release/khamsin SERVER_CORE=1 WRK_CORE=0 NICE=-20 (if root, else 0) KEEP_TMP=0
 #   QUIET_WAIT=10 (max s to wait, before each window, until other tasks use <=5% of each core;
 #   at most QUIET_BUDGET=45 s over the run) NOISY_RETRIES=1 (a window where server or wrk waited >5%
@@ -34,14 +38,19 @@ ROUNDS=${ROUNDS:-${BENCH_ROUNDS:-5}}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 IDLE_CONNS=${IDLE_CONNS:-10000}
-_default_sub=$(for s in $SERVERS; do [[ $s == nginx-static ]] || printf '%s\n' "$s"; done | paste -sd' ')
+_default_sub=$(for s in $SERVERS; do [[ $s == nginx-static || $s == floor ]] || printf '%s\n' "$s"; done | paste -sd' ')
 IDLE_SERVERS=${IDLE_SERVERS:-$_default_sub}
 STARTUP_SERVERS=${STARTUP_SERVERS:-$_default_sub}
 STARTUP_RUNS=${STARTUP_RUNS:-10}
 PARTS=${PARTS:-"load close idle startup"}
 CLOSE_CONNS=${CLOSE_CONNS:-256}
-CLOSE_SERVERS=${CLOSE_SERVERS:-$SERVERS}
-ALL_SERVERS="$SERVERS $CLOSE_SERVERS $IDLE_SERVERS $STARTUP_SERVERS"
+CLOSE_SERVERS=${CLOSE_SERVERS:-$(for s in $SERVERS; do [[ $s == floor ]] || printf '%s\n' "$s"; done | paste -sd' ')}
+FLOOR=${FLOOR:-1}
+FLOOR_DURATION=${FLOOR_DURATION:-1}
+FLOOR_WARMUP=${FLOOR_WARMUP:-0}
+LOAD_SERVERS=$SERVERS
+if ((FLOOR)) && [[ " $SERVERS " != *" floor "* ]]; then LOAD_SERVERS="$SERVERS floor"; fi
+ALL_SERVERS="$LOAD_SERVERS $CLOSE_SERVERS $IDLE_SERVERS $STARTUP_SERVERS"
 BASE_PORT=${BASE_PORT:-23080}
 KHAMSIN_BIN_DEFAULT="$ROOT/build-release/khamsin"
 KHAMSIN_BIN=${KHAMSIN_BIN:-$KHAMSIN_BIN_DEFAULT}
@@ -70,7 +79,8 @@ port_of() {
     khamsin) echo $((BASE_PORT + 1)) ;;
     nginx-lua) echo $((BASE_PORT + 2)) ;;
     nginx-static) echo $((BASE_PORT + 3)) ;;
-    *) echo "unknown server '$1' (known: khamsin nginx-lua nginx-static)" >&2; return 1 ;;
+    floor) echo $((BASE_PORT + 4)) ;;
+    *) echo "unknown server '$1' (known: khamsin nginx-lua nginx-static floor)" >&2; return 1 ;;
   esac
 }
 
@@ -116,6 +126,7 @@ server_cmd() { # name port -> prints the command (one word per line)
   case $name in
     khamsin) printf '%s\n' "$KHAMSIN_RUN" --workers 1 --listen "127.0.0.1:$port" --log-level warn bench/apps/hello.lua ;;
     nginx-lua | nginx-static) printf '%s\n' nginx -p "$TMP/$name/" -c "$TMP/$name/nginx.conf" -e "$TMP/$name/error.log" ;;
+    floor) printf '%s\n' "$TMP/hello_floor" "$port" ;;
   esac
 }
 
@@ -171,7 +182,8 @@ run_windows() {
     for c in $conns; do
       for s in $servers; do
         port=$(port_of "$s")
-        local attempt=0 wrc qw retry
+        local attempt=0 wrc qw retry dur=$DURATION wu=$WARMUP
+        if [[ $s == floor ]]; then dur=$FLOOR_DURATION wu=$FLOOR_WARMUP; fi
         while :; do
           attempt=$((attempt + 1))
           qw=$(awk -v b="$QUIET_BUDGET" -v w="$QUIET_WAIT" '{t += $1} END {r = b - t; if (r < 0) r = 0; print (r < w ? r : w)}' "$TMP/waited" 2>/dev/null || echo "$QUIET_WAIT")
@@ -179,7 +191,7 @@ run_windows() {
           start_server "$s" "$port"
           wrc=0
           $PY $LIB window --name "$s" --port "$port" --root "$SPID" --conns "$c" --round "$r" \
-            --duration "$DURATION" --warmup "$WARMUP" --wrk-core "$WRK_CORE" \
+            --duration "$dur" --warmup "$wu" --wrk-core "$WRK_CORE" \
             --server-core "$SERVER_CORE" --quiet-wait "$qw" --waited-log "$TMP/waited" \
             --tsv "$TMP/$part.jsonl" --retry-noisy "$retry" --rejected "$TMP/$part.rejected.jsonl" \
             --rawlog "$TMP/wrk-raw.txt" "$@" || wrc=$?
@@ -209,6 +221,10 @@ part_report() {
   if has "$servers" nginx-static; then
     bench_summary "$TMP/$part.jsonl" --metric req_per_cpu --group conns --anchor nginx-static \
       --label "$label vs nginx static"
+  fi
+  if has "$servers" floor; then # the ceiling: the floor responder over nginx + lua (its column is the floor's)
+    bench_summary "$TMP/$part.jsonl" --metric req_per_cpu --group conns \
+      --subject floor --label "$label: floor (C responder, bench/lib/hello_floor.c) in the khamsin column"
   fi
   log ""
 }
@@ -252,6 +268,10 @@ main() {
   # (khamsin finds its Lua modules by the compiled-in source path, so the copy behaves the same;
   # the TLS module khamsin-tls.so, looked for next to the binary, is copied along)
   KHAMSIN_RUN="$TMP/khamsin"
+  if has "$ALL_SERVERS" floor; then
+    command -v cc >/dev/null || fail "missing tool: cc (the floor responder is built with it; FLOOR=0 leaves it out)"
+    cc -O2 -o "$TMP/hello_floor" bench/lib/hello_floor.c || fail "cannot build bench/lib/hello_floor.c"
+  fi
   if [[ -x $KHAMSIN_BIN ]]; then cp "$KHAMSIN_BIN" "$KHAMSIN_RUN"; fi
   if [[ -f ${KHAMSIN_BIN%/*}/khamsin-tls.so ]]; then cp "${KHAMSIN_BIN%/*}/khamsin-tls.so" "$TMP/"; fi
 
@@ -279,9 +299,10 @@ main() {
   for s in $SERVERS; do nwin=$((nwin + 1)); done
   nwin=$((nwin * ROUNDS * $(wc -w <<<"$CONNS")))
   est=$((nwin * (DURATION + WARMUP + 1)))
+  [[ $LOAD_SERVERS == "$SERVERS" ]] || est=$((est + ROUNDS * $(wc -w <<<"$CONNS") * (FLOOR_DURATION + FLOOR_WARMUP + 1)))
   log "# khamsin bench: HTTP/1.1 keep-alive GET /, 13-byte body"
   log "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  log "command:  SERVERS=\"$SERVERS\" CONNS=\"$CONNS\" ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS IDLE_SERVERS=\"$IDLE_SERVERS\" STARTUP_RUNS=$STARTUP_RUNS STARTUP_SERVERS=\"$STARTUP_SERVERS\" CLOSE_CONNS=$CLOSE_CONNS CLOSE_SERVERS=\"$CLOSE_SERVERS\" PARTS=\"$PARTS\" BASE_PORT=$BASE_PORT $CMDLINE"
+  log "command:  SERVERS=\"$SERVERS\" CONNS=\"$CONNS\" ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP IDLE_CONNS=$IDLE_CONNS IDLE_SERVERS=\"$IDLE_SERVERS\" STARTUP_RUNS=$STARTUP_RUNS STARTUP_SERVERS=\"$STARTUP_SERVERS\" CLOSE_CONNS=$CLOSE_CONNS CLOSE_SERVERS=\"$CLOSE_SERVERS\" FLOOR=$FLOOR FLOOR_DURATION=$FLOOR_DURATION FLOOR_WARMUP=$FLOOR_WARMUP PARTS=\"$PARTS\" BASE_PORT=$BASE_PORT $CMDLINE"
   local dirty
   dirty=$(git status --porcelain -- core lua CMakeLists.txt cmake 2>/dev/null | wc -l)
   log "git:      $(git rev-parse --short HEAD) ($dirty uncommitted change(s) under core/ lua/ cmake/ CMakeLists.txt)"
@@ -323,12 +344,15 @@ main() {
 
   # ---- 1. load (keep-alive)
   if has "$PARTS" load; then
-    log "## Load: wrk -t1 keep-alive GET /, ${DURATION}s windows after ${WARMUP}s warm-up, fresh server start per window, order per round: $(echo $SERVERS)"
+    log "## Load: wrk -t1 keep-alive GET /, ${DURATION}s windows after ${WARMUP}s warm-up, fresh server start per window, order per round: $(echo $LOAD_SERVERS)"
+    if [[ $LOAD_SERVERS != "$SERVERS" ]]; then
+      log "   floor: bench/lib/hello_floor.c (epoll, one read + one write of a fixed 200 'Hello, World!' a request, no parsing, no Date), ${FLOOR_DURATION}s windows after ${FLOOR_WARMUP}s warm-up: the ceiling of req per server CPU-s on this box"
+    fi
     log "   server CPU = delta of utime+stime (/proc/<pid>/stat) over the server's process tree during the measured window; req/CPU-s = wrk's request count / that"
     log "   (about $est s)"
-    check_servers $SERVERS
-    run_windows "$TMP" load "$CONNS" "$SERVERS"
-    part_report load "$SERVERS" "http1 hello keep-alive"
+    check_servers $LOAD_SERVERS
+    run_windows "$TMP" load "$CONNS" "$LOAD_SERVERS"
+    part_report load "$LOAD_SERVERS" "http1 hello keep-alive"
   fi
 
   # ---- 2. a new connection per request

@@ -16,6 +16,7 @@
 #include <linux/filter.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,9 +307,8 @@ static void stop_all(void)
     stop_deadline_ms = now_ms() + cfg.grace_ms + STOP_MARGIN_MS;
 }
 
-static void on_signal(uv_signal_t *sig, int signum)
+static void on_signal(int signum)
 {
-    (void)sig;
     const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
     if (stopping) {
         char why[64];
@@ -429,9 +429,8 @@ static void reload_all(void)
     kh_worker_reload_all(&cfg, reload_done, NULL);
 }
 
-static void on_sighup(uv_signal_t *sig, int signum)
+static void on_sighup(void)
 {
-    (void)sig, (void)signum;
     why_reload = "SIGHUP";
     reload_all();
 }
@@ -481,7 +480,52 @@ static uv_thread_t supervisor;
 static int supervisor_started;
 static uv_sem_t supervisor_go;
 static int supervisor_abort; /* set before the go: start-up failed, return at once */
-static uv_signal_t sigterm, sigint, sighup;
+
+/* The stop and reload signals (SIGTERM, SIGINT, SIGHUP), heard on main's loop: a plain
+ * sigaction handler counts each signal and wakes the loop with uv_async_send (async-signal-safe),
+ * and signals_cb, on the supervisor thread, acts on every signal counted, in the order TERM,
+ * INT, HUP. libuv's uv_signal_t does the same through a pipe, but takes 5 syscalls to install
+ * each handler (its global lock is a pipe read and written, with every signal blocked around
+ * it) and as many to remove it: 15 on the way to the first answer where these take 3
+ * (bench/lib/startupcounts.py). As with libuv, the handler runs on whichever thread the kernel
+ * picks, with every signal blocked and SA_RESTART, and closing restores the default actions. */
+static const int stop_signals[3] = {SIGTERM, SIGINT, SIGHUP};
+static _Atomic unsigned signals_seen[3];
+static uv_async_t signals_async;
+
+static void signals_handler(int signum)
+{
+    int saved = errno;
+    for (int i = 0; i < 3; i++)
+        if (stop_signals[i] == signum)
+            atomic_fetch_add(&signals_seen[i], 1); /* seq_cst: seen by signals_cb */
+    uv_async_send(&signals_async);
+    errno = saved;
+}
+
+static void signals_cb(uv_async_t *a)
+{
+    (void)a;
+    for (int i = 0; i < 3; i++)
+        for (unsigned n = atomic_exchange(&signals_seen[i], 0); n > 0; n--) {
+            if (stop_signals[i] == SIGHUP)
+                on_sighup();
+            else
+                on_signal(stop_signals[i]);
+        }
+}
+
+/* the handlers (handler) or the default actions (SIG_DFL, when main's loop closes) */
+static void signals_set(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESTART;
+    sigfillset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++)
+        (void)sigaction(stop_signals[i], &sa, NULL);
+}
 
 static void supervisor_main(void *arg)
 {
@@ -641,8 +685,29 @@ static void prefault_main_thread(void)
 #endif
 }
 
+/* The code and constants of the way to the first answer: the engine's, libuv's and LuaJIT's
+ * .text, then their .rodata (the next segment starts with it), which the link puts in one run
+ * of pages from kh_cold_text_end to kh_cold_rodata_start, apart from the libraries no start-up
+ * runs (cmake/khamsin-startup.ld, KH_STARTUP_LAYOUT: nghttp2 and the compressors). The start-up
+ * touches nearly every 64 KiB block of it, each a trapping fault that maps the block's pages
+ * (~12 of them after main, 12-18 us each on this VM), so the run is made present with one
+ * MADV_POPULATE_READ instead: 248 pages of code in 25-45 us against 175-320 us for 16 faults
+ * (bench/lib/populate_read_cost.c). Without the layout (the symbols are then absent), or where
+ * the advice is unknown (a kernel before 5.14), nothing is done. */
+extern const char kh_cold_text_end[] __attribute__((weak));
+extern const char kh_cold_rodata_start[] __attribute__((weak));
+static void prefault_code(void)
+{
+#ifdef MADV_POPULATE_READ
+    uintptr_t a = (uintptr_t)kh_cold_text_end, e = (uintptr_t)kh_cold_rodata_start;
+    if (a && e > a)
+        (void)madvise((void *)(a & ~(uintptr_t)4095), e - (a & ~(uintptr_t)4095), MADV_POPULATE_READ);
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    prefault_code();
     prefault_main_thread();
     signal(SIGPIPE, SIG_IGN);
     signal(SIGHUP, SIG_IGN); /* a reload asked before the supervisor listens does nothing */
@@ -944,13 +1009,8 @@ int main(int argc, char **argv)
      * spec) that stops the server as soon as it reads that line gets the graceful stop, not the
      * default action (exit 143). The handlers are installed here; the supervisor thread runs
      * main's loop, which delivers them, from the go below. */
-    uv_signal_init(loop, &sigterm);
-    uv_signal_init(loop, &sigint);
-    uv_signal_init(loop, &sighup);
-    uv_signal_start(&sigterm, on_signal, SIGTERM);
-    uv_signal_start(&sigint, on_signal, SIGINT);
-    uv_signal_start(&sighup, on_sighup, SIGHUP);
-    uv_unref((uv_handle_t *)&sighup);
+    uv_async_init(loop, &signals_async, signals_cb);
+    signals_set(signals_handler);
     loads_check(); /* the 'listening' lines now if every worker has loaded, else later */
 
     uv_async_init(loop, &supervisor_quit, supervisor_quit_cb);
@@ -995,9 +1055,8 @@ int main(int argc, char **argv)
     uv_close((uv_handle_t *)&supervisor_quit, NULL);
     if (cfg.loaded_async)
         uv_close((uv_handle_t *)&loads_async, NULL);
-    uv_close((uv_handle_t *)&sigterm, NULL);
-    uv_close((uv_handle_t *)&sigint, NULL);
-    uv_close((uv_handle_t *)&sighup, NULL);
+    signals_set(SIG_DFL); /* before its async handle goes: no handler sends to it after */
+    uv_close((uv_handle_t *)&signals_async, NULL);
     uv_close((uv_handle_t *)&dev_refresh, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
     uv_loop_close(loop);

@@ -3,7 +3,9 @@
 -- reference: this process's own math library, glibc's libm too), first called from two workers
 -- and a k.blocking thread at once: in a KH_LAZY_LIBM build they go through lua/kh_lua_libm.c,
 -- which opens libm on that first call. The core table's groups that no plain request touches
--- (lua/kh_lua_core.c, open_rest) appear on the first read of a missing field, once.
+-- (lua/kh_lua_core.c, open_rest) appear on the first read of a missing field, once. And what
+-- the app sees of libm before any math call is what it saw when ld.so loaded libm at exec:
+-- ffi.C.floor resolves, and so does a C module that calls libm without linking it.
 local server = require "helpers.server"
 
 -- every libm function LuaJIT calls, by the Lua expression that reaches it
@@ -93,5 +95,70 @@ describe("start-up's lazy parts", function()
                 .. "shdict_get=function stream_write=function mp_new=function fs_stat=function "
                 .. "missing=nil mt=nil", r.body)
         end
+    end)
+end)
+
+-- a Lua C module calling floor and cbrt (neither is one LuaJIT takes from libm), built without
+-- -lm, as LuaRocks builds many: it leans on the libm the process has loaded
+local MODULE_C = [[
+#include <math.h>
+#include <lua.h>
+static int f(lua_State *L)
+{
+    volatile double x = lua_tonumber(L, 1);
+    lua_pushnumber(L, floor(x) + cbrt(x));
+    return 1;
+}
+int luaopen_khlibmmod(lua_State *L) { lua_pushcfunction(L, f); return 1; }
+]]
+
+-- each app looks libm up at its load, before any math call, a cleartext server (a TLS listener
+-- would dlopen its module first, which loads libm)
+local APP_FFI = [[
+local ffi = require "ffi"
+ffi.cdef "double floor(double); double cbrt(double);"
+local a, b = ffi.C.floor(2.5), ffi.C.cbrt(27)
+local k = require "khamsin"
+k.get("/", function() return string.format("%g %g", a, b) end)
+]]
+local APP_MOD = [[
+package.cpath = "DIR/?.so;" .. package.cpath
+local c = require "khlibmmod"(8)
+local k = require "khamsin"
+k.get("/", function() return string.format("%g", c) end)
+]]
+
+describe("libm before the first math call", function()
+    local dir
+    setup(function()
+        dir = os.tmpname()
+        os.remove(dir)
+        assert(os.execute("mkdir -p " .. dir))
+        local f = assert(io.open(dir .. "/khlibmmod.c", "w"))
+        f:write(MODULE_C)
+        f:close()
+        local cflags = io.popen("pkg-config --cflags luajit"):read("*l") or ""
+        local ok = os.execute(("cc -O2 -fPIC -shared -fno-builtin %s -o %s/khlibmmod.so %s/khlibmmod.c")
+            :format(cflags, dir, dir))
+        assert(ok == true or ok == 0, "cc could not build the test module")
+    end)
+    teardown(function()
+        if dir then os.execute("rm -rf " .. dir) end
+    end)
+
+    local function answer(app)
+        local srv = server.start { workers = 1, tls = false, app = app }
+        local r = srv:request { path = "/" }
+        srv:stop()
+        assert.are.equal(200, r.status)
+        return r.body
+    end
+
+    it("ffi.C sees libm's functions", function()
+        assert.are.equal("2 3", answer(APP_FFI))
+    end)
+
+    it("a C module that calls libm without linking it loads and runs", function()
+        assert.are.equal("10", answer((APP_MOD:gsub("DIR", dir))))
     end)
 end)

@@ -4,7 +4,7 @@
 # exit polled), and a C server polled exactly as khamsin is (bench/lib/startup_floor.c: listen,
 # accept, answer the same 13 bytes; built here with cc), and the Lua floor (floor-lua: that server
 # with a lua_State, the standard libraries and a one-line hello handler that makes the answer,
-# bench/lib/startup_floor_lua.c, linked against the static LuaJIT khamsin links: what any LuaJIT
+# bench/lib/startup_floor.c built with -DKH_FLOOR_LUA, linked against the static LuaJIT khamsin links: what any LuaJIT
 # engine pays), plus the load-independent parts: callgrind instruction counts from exec to the first
 # request reaching Lua (bench/apps/first_answer.lua exits there) and where they go, and the page
 # faults on that way, by phase and by mapping (cleartext; bench/lib/startupfaults.py).
@@ -53,7 +53,7 @@ cc -O2 -o "$FLOOR" bench/lib/startup_floor.c
 LUAJIT_A=$(sed -n 's/^KH_LUAJIT_A:FILEPATH=//p' "$(dirname "$BIN")/CMakeCache.txt" 2>/dev/null || true)
 [[ -f $LUAJIT_A ]] || LUAJIT_A=$(pkg-config --variable=libdir luajit)/libluajit-5.1.a
 FLOOR_LUA=$TMP/startup_floor_lua
-cc -O2 -static-libgcc $(pkg-config --cflags luajit) -o "$FLOOR_LUA" bench/lib/startup_floor_lua.c "$LUAJIT_A" -lm -ldl
+cc -O2 -static-libgcc $(pkg-config --cflags luajit) -DKH_FLOOR_LUA -o "$FLOOR_LUA" bench/lib/startup_floor.c "$LUAJIT_A" -lm -ldl
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$TMP/key.pem" \
   -out "$TMP/cert.pem" -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null
 COMMON="--workers 1 --log-level warn"
@@ -137,7 +137,7 @@ for label, fn in parts:
   if [[ " $PARTS " == *" wall "* ]]; then
     echo
     echo "## Wall clock: exec (pinned to core $SERVER_CORE) -> first 200 'Hello, World!', polled every 0.2 ms from core $CLIENT_CORE; $RUNS runs, each alternating floor, khamsin, khamsin-tls, khamsin-ss-tls"
-    echo "   floor: /bin/true spawned the same way, its exit polled at the same cadence; floor-server: a C server (bench/lib/startup_floor.c) polled exactly as khamsin is; floor-lua: that server answering through a LuaJIT state and a one-line handler (bench/lib/startup_floor_lua.c); -tls cases poll over TLS 1.3 (python ssl: a full handshake, then GET /)"
+    echo "   floor: /bin/true spawned the same way, its exit polled at the same cadence; floor-server: a C server (bench/lib/startup_floor.c) polled exactly as khamsin is; floor-lua: that server answering through a LuaJIT state and a one-line handler (bench/lib/startup_floor.c, -DKH_FLOOR_LUA); -tls cases poll over TLS 1.3 (python ssl: a full handshake, then GET /)"
     "${RTPREFIX[@]}" $PY bench/lib/startupbench.py --runs "$RUNS" --port "$PORT" --server-core "$SERVER_CORE" \
       --client-core "$CLIENT_CORE" --json "$TMP/wall.jsonl" --log "$TMP/wall.log" \
       "floor-server=$FLOOR PORT" "floor-lua=$FLOOR_LUA PORT" "khamsin=$CLEAR bench/apps/hello.lua" "khamsin-tls=$TLS bench/apps/hello.lua" "khamsin-ss-tls=$SS bench/apps/hello.lua"

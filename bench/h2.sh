@@ -3,9 +3,11 @@
 # TLS 1.3 (ALPN h2, same ECDSA P-256 certificate: khamsin-tls, nginx-lua-tls), all in ONE run (never
 # compare figures from different runs). lighttpd (1.4.69, its own h2 code) answers from mod_magnet
 # (a Lua 5.4 script: the same status, content-type and 13-byte body; lighttpd-modules-lua);
-# lighttpd-static (not in the default list) serves the same 13 bytes as a static file; khamsin-noid
-# (not in the default list either; give it beside khamsin, e.g. SERVERS="khamsin khamsin-noid lighttpd")
-# is khamsin with --request-id-header 0: no X-Request-Id reply field. Same approach as bench/http1.sh: servers
+# lighttpd-static (not in the default list) serves the same 13 bytes as a static file; khamsin-allid
+# (not in the default list either; give it beside khamsin, e.g. SERVERS="khamsin khamsin-allid lighttpd")
+# is khamsin with --request-id-header 2: an X-Request-Id on every reply, made by the engine when the
+# client sent none (the default before 2026-12-02; khamsin-noid, --request-id-header 0, was the
+# variant then, and since then is what the default sends h2load). Same approach as bench/http1.sh: servers
 # pinned to SERVER_CORE, the load generator (h2load) to CLIENT_CORE, a fresh server start per
 # measured window, rounds interleaved, server CPU from /proc/<pid>/stat over its process tree.
 #
@@ -57,8 +59,8 @@ port_of() {
     nginx-lua-tls) echo $((BASE_PORT + 4)) ;;
     lighttpd) echo $((BASE_PORT + 5)) ;;
     lighttpd-static) echo $((BASE_PORT + 6)) ;;
-    khamsin-noid) echo $((BASE_PORT + 7)) ;;
-    *) fail "unknown server '$1' (known: khamsin khamsin-noid nginx-lua lighttpd lighttpd-static khamsin-tls nginx-lua-tls)" ;;
+    khamsin-allid) echo $((BASE_PORT + 7)) ;;
+    *) fail "unknown server '$1' (known: khamsin khamsin-allid nginx-lua lighttpd lighttpd-static khamsin-tls nginx-lua-tls)" ;;
   esac
 }
 
@@ -125,7 +127,7 @@ tls_of() { [[ $1 == *-tls ]] && echo --tls || true; }
 server_cmd() { # name port
   case $1 in
     khamsin) printf '%s\n' "$KHAMSIN_BIN" --workers 1 --listen "127.0.0.1:$2" --log-level warn bench/apps/hello.lua ;;
-    khamsin-noid) printf '%s\n' "$KHAMSIN_BIN" --workers 1 --listen "127.0.0.1:$2" --log-level warn --request-id-header 0 bench/apps/hello.lua ;;
+    khamsin-allid) printf '%s\n' "$KHAMSIN_BIN" --workers 1 --listen "127.0.0.1:$2" --log-level warn --request-id-header 2 bench/apps/hello.lua ;;
     nginx-lua) printf '%s\n' nginx -p "$TMP/nginx-lua/" -c "$TMP/nginx-lua/nginx.conf" -e "$TMP/nginx-lua/error.log" ;;
     khamsin-tls) printf '%s\n' "$KHAMSIN_BIN" --workers 1 --listen "tls://127.0.0.1:$2" --tls-cert "$TMP/cert.pem" --tls-key "$TMP/key.pem" --log-level warn bench/apps/hello.lua ;;
     nginx-lua-tls) printf '%s\n' nginx -p "$TMP/nginx-lua-tls/" -c "$TMP/nginx-lua-tls/nginx.conf" -e "$TMP/nginx-lua-tls/error.log" ;;
@@ -163,7 +165,7 @@ cg_start() { # name port outprefix
   # Still wall-clock driven, so figures of runs made under different load differ by a few hundred
   # Ir/request: the Date field's literal (one per second per connection, HPACK) and the idle
   # connections' map page check (kh_h2.c zpage_give_back). Compare runs made back to back.
-  [[ $1 != khamsin && $1 != khamsin-noid ]] || cmd=("${cmd[@]:0:${#cmd[@]}-1}" --limit keepalive_timeout_ms=3600000
+  [[ $1 != khamsin && $1 != khamsin-allid ]] || cmd=("${cmd[@]:0:${#cmd[@]}-1}" --limit keepalive_timeout_ms=3600000
     --limit header_timeout_ms=3600000 --limit slice_warn_ms=0 "${cmd[-1]}")
   # shellcheck disable=SC2086 # CG_OPTS: more callgrind options, split on spaces
   taskset -c "$SERVER_CORE" valgrind --tool=callgrind --trace-children=yes ${CG_OPTS:-} --callgrind-out-file="$3.%p" \
@@ -248,9 +250,9 @@ main() {
     if [[ " $SERVERS " == *" lighttpd "* ]]; then
       bench_summary "$TMP/load.jsonl" --metric req_per_cpu_s --metric rps --anchor lighttpd \
         --label "h2c hello vs lighttpd (h2load -c $CONNS -m $STREAMS)"
-      if [[ " $SERVERS " == *" khamsin-noid "* ]]; then
-        bench_summary "$TMP/load.jsonl" --metric req_per_cpu_s --metric rps --subject khamsin-noid --anchor lighttpd \
-          --label "h2c hello vs lighttpd, khamsin --request-id-header 0 (h2load -c $CONNS -m $STREAMS)"
+      if [[ " $SERVERS " == *" khamsin-allid "* ]]; then
+        bench_summary "$TMP/load.jsonl" --metric req_per_cpu_s --metric rps --subject khamsin-allid --anchor lighttpd \
+          --label "h2c hello vs lighttpd, khamsin --request-id-header 2 (h2load -c $CONNS -m $STREAMS)"
       fi
     fi
     echo

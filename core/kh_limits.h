@@ -47,7 +47,7 @@
     X(tls_own_records, 1, 0, 1, "1: khamsin protects TLS 1.3 records after the handshake; 0: OpenSSL does (~11 KB more per connection)") \
     X(hsts_max_age, 31536000, 0, 4294967295ULL, "Strict-Transport-Security max-age (s) added over TLS (0: none)") \
     X(tls_nosniff, 1, 0, 1, "add X-Content-Type-Options: nosniff over TLS (0: no)")             \
-    X(request_id_header, 1, 0, 1, "1: echo the request id in an X-Request-Id reply field (0: no; req.id and the logs keep it)") \
+    X(request_id_header, 1, 0, 2, "X-Request-Id on replies: 1 a client's own id echoed, and the id on every 5xx; 2 on every reply (an id made here when the client sent none); 0 never (req.id and the logs keep it)") \
     X(compress, 0, 0, 1, "1: compress responses by Accept-Encoding (zstd, br, gzip); off by default (BREACH, CPU)") \
     X(compress_min_bytes, 1024, 0, 1073741824, "smallest body compressed (streamed bodies always are)") \
     X(compress_gzip_level, 5, 1, 9, "gzip level (zlib)")                                          \

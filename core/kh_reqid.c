@@ -43,10 +43,16 @@ static size_t make_id(uint64_t wid, uint64_t sid, char *out)
     return (size_t)(kh_put_u64(out + n, sid) - out);
 }
 
-size_t kh_reqid(const kh_stream *s, char *out)
+const kh_header *kh_reqid_client(const kh_stream *s)
 {
     const kh_header *h = kh_stream_header(s, "x-request-id", 12);
-    if (h && kh_reqid_sane(h->value.ptr, h->value.len)) {
+    return h && kh_reqid_sane(h->value.ptr, h->value.len) ? h : NULL;
+}
+
+size_t kh_reqid(const kh_stream *s, char *out)
+{
+    const kh_header *h = kh_reqid_client(s);
+    if (h) {
         memcpy(out, h->value.ptr, h->value.len);
         return h->value.len;
     }

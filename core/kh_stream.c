@@ -559,8 +559,13 @@ static int header_ok(const kh_header *h)
  * from running a text/plain or JSON body as a script (Django sends it by default too). Decided
  * here, once, for every protocol: the sinks just encode what they get. */
 /* The head with the headers the engine adds, each unless h already has that field:
- * X-Request-Id (kh_reqid) on every response unless limit request_id_header is 0 (a handler's own
- * X-Request-Id still goes out: it is just one of h); on a KH_STREAM_F_TLS stream also
+ * X-Request-Id (kh_reqid) as limit request_id_header says (a handler's own X-Request-Id always
+ * goes out: it is just one of h): by default (1) when the client sent a sane one of its own, and
+ * on every 5xx, whose log line names the id; 2 on every reply; 0 never. The default sends no
+ * field the client did not ask for, as nginx, Envoy and lighttpd do: an id made here and sent
+ * on every reply cost an h2c hello ~1,400 of ~12,300 instructions (HPACK Huffman-codes a new
+ * value each time) and 10-30% of its server CPU (bench/h2.sh khamsin-allid); an HTTP/1.1 hello
+ * ~340 instructions and 28 bytes. On a KH_STREAM_F_TLS stream also
  * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options (tls_nosniff), and
  * Alt-Svc when the sink has one to advertise (h1/h2 with --http3: kh_conn_alt_svc). */
 static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t n,
@@ -569,7 +574,8 @@ static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t 
     const kh_limits *l = s->worker->limits;
     int tls = (s->flags & KH_STREAM_F_TLS) != 0;
     int hsts = tls && l->hsts_max_age != 0, nosniff = tls && l->tls_nosniff != 0;
-    int rid = l->request_id_header != 0;
+    unsigned rid_mode = (unsigned)l->request_id_header;
+    int rid = rid_mode != 0;
     const char *alt = tls && s->sink->alt_svc ? s->sink->alt_svc(s) : NULL;
     for (size_t i = 0; i < n; i++) {
         if (h[i].name.len == 12 && kh_str_ieq_lower(h[i].name, "x-request-id", 12))
@@ -581,6 +587,8 @@ static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t 
         else if (alt && kh_str_ieq_lower(h[i].name, "alt-svc", 7))
             alt = NULL;
     }
+    if (rid && rid_mode == 1 && status < 500 && kh_reqid_client(s) == NULL)
+        rid = 0;
     if (!hsts && !nosniff && !rid && !alt)
         return s->sink->head(s, status, h, n, content_length);
     kh_header local[16];

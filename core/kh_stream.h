@@ -276,8 +276,9 @@ void kh_stream_on_reset(kh_stream *s, int err);
  * send_head answers 304 instead of a 200 to a GET/HEAD whose If-None-Match / If-Modified-Since
  * the response's ETag / Last-Modified satisfy (RFC 9110 §13.2.2; kh_cond.h; the body is then
  * dropped), compresses the body when the compress limit is on and the response qualifies
- * (kh_compress.h: Content-Encoding and Vary added, each send_data flushed), adds X-Request-Id (kh_reqid.h) to every response (unless
- * limit request_id_header is 0) and, on a KH_STREAM_F_TLS stream,
+ * (kh_compress.h: Content-Encoding and Vary added, each send_data flushed), adds X-Request-Id
+ * (kh_reqid.h) as limit request_id_header says (by default: a client's own id echoed, and on
+ * every 5xx) and, on a KH_STREAM_F_TLS stream,
  * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options: nosniff (limit
  * tls_nosniff), each unless h already has that field. */
 int kh_stream_send_head(kh_stream *s, int status, const kh_header *h, size_t n,

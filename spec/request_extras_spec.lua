@@ -1,5 +1,6 @@
--- Small things: req.scheme, req.id (X-Request-Id echoed when sane, else made; sent back on every
--- reply, the engine's own included; in the access and error logs), the extended access log
+-- Small things: req.scheme, req.id (X-Request-Id echoed when sane, else made; in the access and
+-- error logs; sent back on every reply, the engine's own included, here where the server runs
+-- with --request-id-header 2: the default's replies are in request_id_header_spec), the extended access log
 -- (request time and id), k.app_dir(), a lone number returned as a status; over every protocol.
 local server = require "helpers.server"
 -- the User-Agent of the client making each protocol's requests (curl; kh-h3get for HTTP/3)
@@ -29,7 +30,8 @@ describe("request extras", function()
     setup(function()
         log_path = os.tmpname()
         os.remove(log_path)
-        srv = server.start { app = APP, args = { "--access-log", log_path, "--access-log-format", "extended" },
+        srv = server.start { app = APP, args = { "--access-log", log_path, "--access-log-format", "extended",
+            "--request-id-header", "2" },
             expect_errors = { "handler error on GET /boom" } }
         server.write_file(srv.dir .. "/data.txt", "next to the app")
     end)

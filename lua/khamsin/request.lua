@@ -232,8 +232,8 @@ function fields.params(req)
 end
 
 -- req.id: the client's X-Request-Id when sane, else one the engine made (core/kh_reqid.h); the
--- same id goes back in the X-Request-Id response header (unless limit request_id_header is 0)
--- and into the access log
+-- client's goes back in the X-Request-Id response header, and so does any id on a 5xx (limit
+-- request_id_header: 2 sends it on every reply, 0 never), and into the logs
 function fields.id(req)
     local id = core.request_id(rawget(req, "_s"), rawget(req, "_g"))
     rawset(req, "id", id)

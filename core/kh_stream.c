@@ -561,7 +561,7 @@ static int header_ok(const kh_header *h)
 /* The head with the headers the engine adds, each unless h already has that field:
  * X-Request-Id (kh_reqid) as limit request_id_header says (a handler's own X-Request-Id always
  * goes out: it is just one of h): by default (1) when the client sent a sane one of its own, and
- * on every 5xx, whose log line names the id; 2 on every reply; 0 never. The default sends no
+ * on every 5xx (a handler error's log line names the id); 2 on every reply; 0 never. The default sends no
  * field the client did not ask for, as nginx, Envoy and lighttpd do: an id made here and sent
  * on every reply cost an h2c hello ~1,400 of ~12,300 instructions (HPACK Huffman-codes a new
  * value each time) and 10-30% of its server CPU (bench/h2.sh khamsin-allid); an HTTP/1.1 hello

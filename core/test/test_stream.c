@@ -1,5 +1,7 @@
 /* test_stream.c: what kh_stream_send_head hands the sink, with a sink that records it.
- * Checks the fields the engine adds: X-Request-Id on every stream (kh_reqid.h), and the security
+ * Checks the fields the engine adds: X-Request-Id as limit request_id_header says (kh_reqid.h;
+ * by default only on a 5xx for a client without an id of its own, 2 on every stream, 0 never:
+ * a client's id echoed is spec/request_id_header_spec's, over every protocol), and the security
  * fields on TLS streams (HSTS, nosniff): added once, after the handler's fields, never when the
  * handler set its own (any case), the security ones not at all when the limits are 0; a head
  * whose fields already hold all of them reaches the sink as the very array the app passed.
@@ -69,13 +71,15 @@ static void setup(void)
 }
 
 /* Sends a head of n fields on a fresh stream (TLS or not); the result is in `got`. */
+static int send_status = 200; /* the status send_one answers with */
+
 static void send_one(int tls, const kh_header *h, size_t n, int64_t clen)
 {
     memset(&got, 0, sizeof got);
     kh_stream *s = kh_stream_open(&W, &rec_sink, &proto_token);
     if (tls)
         s->flags |= KH_STREAM_F_TLS;
-    kh_is_int(kh_stream_send_head(s, 200, h, n, clen), 0, "send_head");
+    kh_is_int(kh_stream_send_head(s, send_status, h, n, clen), 0, "send_head");
     kh_stream_release(s);
 }
 
@@ -302,6 +306,31 @@ int main(void)
     kh_header ct = {KH_STR_LIT("Content-Type"), KH_STR_LIT("text/plain")};
     int count, at;
 
+    /* the default (1): no id of the client's, so none on a 200, a made one on a 5xx */
+    kh_is_int(cfg.limits.request_id_header, 1, "request_id_header: 1 by default");
+    send_one(0, &ct, 1, 5);
+    kh_ok(got.ptr == &ct && got.n == 1, "default, cleartext 200, no client id: the app's fields as is");
+    send_one(1, &ct, 1, 5);
+    find("X-Request-Id", &count);
+    kh_ok(got.n == 3 && count == 0, "default, TLS 200: the security fields, no X-Request-Id");
+    send_status = 500;
+    send_one(0, &ct, 1, 5);
+    kh_ok(got.n == 2 && strcmp(got.names[1], "X-Request-Id") == 0, "default, a 500: the id added");
+    send_status = 503;
+    send_one(0, NULL, 0, 0);
+    kh_ok(got.n == 1 && strcmp(got.names[0], "X-Request-Id") == 0, "default, a 503: the id added");
+    send_status = 499;
+    send_one(0, &ct, 1, 5);
+    kh_is_int(got.n, 1, "default, a 499: none");
+    send_status = 200;
+    cfg.limits.request_id_header = 0;
+    send_status = 500;
+    send_one(0, &ct, 1, 5);
+    kh_ok(got.ptr == &ct && got.n == 1, "request_id_header 0, a 500: none");
+    send_status = 200;
+
+    /* 2: on every stream; the rest of the checks below count it */
+    cfg.limits.request_id_header = 2;
     send_one(0, &ct, 1, 5);
     kh_is_int(got.n, 2, "cleartext: X-Request-Id added");
     kh_ok(strcmp(got.names[1], "X-Request-Id") == 0, "after the handler's fields");

@@ -560,12 +560,13 @@ static int header_ok(const kh_header *h)
  * here, once, for every protocol: the sinks just encode what they get. */
 /* The head with the headers the engine adds, each unless h already has that field:
  * X-Request-Id (kh_reqid) as limit request_id_header says (a handler's own X-Request-Id always
- * goes out: it is just one of h): by default (1) when the client sent a sane one of its own, and
- * on every 5xx (a handler error's log line names the id); 2 on every reply; 0 never. The default sends no
- * field the client did not ask for, as nginx, Envoy and lighttpd do: an id made here and sent
- * on every reply cost an h2c hello ~1,400 of ~12,300 instructions (HPACK Huffman-codes a new
- * value each time) and 10-30% of its server CPU (bench/h2.sh khamsin-allid); an HTTP/1.1 hello
- * ~340 instructions and 28 bytes. On a KH_STREAM_F_TLS stream also
+ * goes out: it is just one of h): by default (1) when the client sent a sane one of its own,
+ * and on every 5xx (a handler error's log line names the id); 2 on every reply; 0 never. The
+ * default sends no field the client did not ask for, as nginx, Envoy and lighttpd do: an id made
+ * here and sent on every reply cost an h2c hello 1,425 of 12,346 instructions (HPACK
+ * Huffman-codes a new value each time) and 15-60% of its server CPU per request, round by round
+ * (bench/results/h2-20261202-172932.txt, -172644.txt); an HTTP/1.1 hello 189 of 4,160
+ * instructions (callgrind-h1-20261202-1755.txt) and 28 bytes. On a KH_STREAM_F_TLS stream also
  * Strict-Transport-Security (limit hsts_max_age) and X-Content-Type-Options (tls_nosniff), and
  * Alt-Svc when the sink has one to advertise (h1/h2 with --http3: kh_conn_alt_svc). */
 static int send_head_extra(kh_stream *s, int status, const kh_header *h, size_t n,

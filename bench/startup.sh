@@ -61,32 +61,31 @@ CLEAR="$BIN $COMMON --listen 127.0.0.1:PORT"
 TLS="$BIN $COMMON --listen tls://127.0.0.1:PORT --tls-cert $TMP/cert.pem --tls-key $TMP/key.pem"
 SS="$BIN $COMMON --listen tls://127.0.0.1:PORT --tls-self-signed"
 
-ir_case() { # name listen-args... -> Ir of exec -> first request in Lua; keeps the profile
-  local name=$1 out=$TMP/cg-$1.out pid i
-  shift
-  valgrind --tool=callgrind --callgrind-out-file="$out" "$BIN" $COMMON "$@" bench/apps/first_answer.lua >"$TMP/$name.log" 2>&1 &
+# cmd... under callgrind (the profile to $1, its output to $3), polled with GET / over $2 until it
+# exits; prints its instruction total. The client's timeout is long: under valgrind on a loaded box
+# a handshake can take seconds, and a retry would count a second handshake (and the twins built
+# after the first connection closed).
+callgrind_answered() { # profile scheme log cmd...
+  local out=$1 scheme=$2 log=$3 pid i
+  shift 3
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >"$log" 2>&1 &
   pid=$!
   for ((i = 0; i < 600; i++)); do
     kill -0 "$pid" 2>/dev/null || break
-    # a long timeout: under valgrind on a loaded box a handshake can take seconds, and a retry
-    # would count a second handshake (and the twins built after the first connection closed)
-    curl -sk --max-time 120 -o /dev/null "$SCHEME://127.0.0.1:$PORT/" || true
+    curl -sk --max-time 120 -o /dev/null "$scheme://127.0.0.1:$PORT/" || true
     sleep 0.1
   done
   wait "$pid" || true
   awk '/^summary:|^totals:/ {print $2; exit}' "$out"
 }
+ir_case() { # name listen-args... -> Ir of exec -> first request in Lua ($SCHEME); keeps the profile
+  local name=$1
+  shift
+  # shellcheck disable=SC2086 # COMMON: options split on spaces
+  callgrind_answered "$TMP/cg-$name.out" "$SCHEME" "$TMP/$name.log" "$BIN" $COMMON "$@" bench/apps/first_answer.lua
+}
 floor_ir() { # floor binary -> Ir of exec -> exit after its first answer (--once); keeps the profile
-  local out=$TMP/cg-$(basename "$1").out fpid i
-  valgrind --tool=callgrind --callgrind-out-file="$out" "$1" "$PORT" --once >/dev/null 2>&1 &
-  fpid=$!
-  for ((i = 0; i < 600; i++)); do
-    kill -0 "$fpid" 2>/dev/null || break
-    curl -s --max-time 60 -o /dev/null "http://127.0.0.1:$PORT/" || true
-    sleep 0.1
-  done
-  wait "$fpid" || true
-  awk '/^summary:|^totals:/ {print $2; exit}' "$out"
+  callgrind_answered "$TMP/cg-$(basename "$1").out" http /dev/null "$1" "$PORT" --once
 }
 breakdown() { # profile -> the inclusive counts of the start-up's parts (first match of each name)
   callgrind_annotate --inclusive=yes "$1" 2>/dev/null | $PY -c '

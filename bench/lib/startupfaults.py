@@ -9,7 +9,9 @@ above the floor. Each run records every page fault (perf record -e page-faults -
 faults taken by trapping, so MADV_POPULATE_WRITE's are not among them) and a few syscalls that
 mark the phases (the first rt_sigaction is main's signal(SIGPIPE), listen, the supervisor's
 clone3, worker 0's first epoll_wait, accept4, and exit_group: first_answer.lua exits in its
-handler), then prints the median count per phase and per mapping the faulting address is in.
+handler), then prints the median count per phase and per mapping the faulting address is in, and for the
+shared objects with the most faults, per ELF segment (from readelf -lW: ld.so's relocations write
+the GNU_RELRO pages, one trapping copy-on-write fault each, since fault-around maps only reads).
 The floor is /bin/true's count (perf stat), exec to exit. Needs perf and tracefs (root).
 """
 import argparse
@@ -66,11 +68,17 @@ def one_run(a, data):
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     poke(a.port, time.monotonic() + 20, a.tls)
     p.wait(20)
-    out = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,event,addr,dso"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(["perf", "script", "-i", data, "--show-mmap-events", "-F",
+                          "pid,tid,event,addr,dso"], capture_output=True, text=True).stdout
     phase, seen = 0, set()
-    by_phase, by_map, thread = collections.Counter(), collections.Counter(), 0
+    by_phase, by_map, by_seg, thread = collections.Counter(), collections.Counter(), collections.Counter(), 0
+    base = {}  # file -> where its first mapping (offset 0) starts
     for line in out.splitlines():
+        mm = re.search(r"PERF_RECORD_MMAP2 .*?\[(0x[0-9a-f]+)\(0x[0-9a-f]+\) @ (0x[0-9a-f]+|0) .*\]: \S+ (/\S+)$", line)
+        if mm:
+            if int(mm.group(2), 16) == 0 and mm.group(3) not in base:
+                base[mm.group(3)] = int(mm.group(1), 16)
+            continue
         m = re.match(r"\s*(\d+)/(\d+)\s+(\S+):\s*(.*)$", line)
         if not m:
             continue
@@ -90,9 +98,46 @@ def one_run(a, data):
             dso = "anonymous (heap, Lua arena, TLS, bss)"
         by_phase[PHASES[phase][0]] += 1
         by_map[dso] += 1
+        path = re.search(r"\((/[^)]*)\)\s*$", rest)
+        addr = re.match(r"\s*([0-9a-f]+)", rest)
+        if path and addr and path.group(1) in base:
+            by_seg[(dso, segment_of(path.group(1), int(addr.group(1), 16) - base[path.group(1)]))] += 1
         if tid != pid:
             thread += 1
-    return by_phase, by_map, thread, phase == len(PHASES)
+    return by_phase, by_map, thread, phase == len(PHASES), by_seg
+
+
+_phdrs = {}
+
+
+def segment_of(path, off):
+    """The ELF segment an offset from the object's base falls in (its first mapping is at vaddr 0
+    for a PIE or a shared object): relro, code, rodata, data/bss, or headers (dynsym, rela...)."""
+    if path not in _phdrs:
+        loads, relro = [], None
+        txt = subprocess.run(["readelf", "-lW", path], capture_output=True, text=True).stdout
+        for l in txt.splitlines():
+            f = l.split()
+            if f and f[0] in ("LOAD", "GNU_RELRO"):
+                va, msz = int(f[2], 16), int(f[5], 16)
+                if f[0] == "GNU_RELRO":
+                    relro = (va, va + msz)
+                else:
+                    loads.append((va, va + msz, "".join(f[6:-1])))
+        _phdrs[path] = (loads, relro)
+    loads, relro = _phdrs[path]
+    if relro and relro[0] <= off < relro[1]:
+        return "relro: written by ld.so's relocations"
+    first = True
+    for lo, hi, flags in loads:
+        if lo <= off < hi:
+            if "E" in flags:
+                return "code"
+            if "W" in flags:
+                return "data, bss"
+            return "headers: dynsym, dynstr, rela" if first else "rodata, eh_frame"
+        first = False
+    return "outside its segments"
 
 
 def main():
@@ -112,10 +157,10 @@ def main():
     runs = []
     with tempfile.TemporaryDirectory(prefix="khfaults.") as tmp:
         for i in range(a.runs):
-            bp, bm, th, complete = one_run(a, os.path.join(tmp, "perf.data"))
+            bp, bm, th, complete, bs = one_run(a, os.path.join(tmp, "perf.data"))
             if not complete:
                 sys.exit("startupfaults: a run did not reach every mark (perf or tracefs missing?)")
-            runs.append((bp, bm, th))
+            runs.append((bp, bm, th, bs))
     med = lambda k, idx: statistics.median(r[idx][k] for r in runs)
     total = statistics.median(sum(r[0].values()) for r in runs)
     print(f"  page faults, exec -> first request in Lua: {total:.0f} (floor /bin/true, exec -> exit: "
@@ -130,6 +175,13 @@ def main():
         maps.update(r[1])
     for k, _ in maps.most_common():
         print(f"    {k:<40} {med(k, 1):5.0f}")
+    print("  by ELF segment, in the files with 10 or more (readelf -lW; medians):")
+    segs = collections.Counter()
+    for r in runs:
+        segs.update(r[3])
+    for (dso, seg), _ in sorted(segs.items(), key=lambda kv: (-maps[kv[0][0]], -kv[1])):
+        if med(dso, 1) >= 10 and med((dso, seg), 3) > 0:
+            print(f"    {dso + ': ' + seg:<58} {med((dso, seg), 3):5.0f}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@
 #   bench/split.sh                                # ~1.5 min: ROUNDS=3, 5 s windows, CONNS "64 256"
 #   PARTS=cpu ROUNDS=5 bench/split.sh
 #   APP=bench/apps/hello_headers.lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/split.sh
-# Knobs: SERVERS ("khamsin nginx-lua"), CONNS, ROUNDS (3; servers alternate in each round),
+# Knobs: SERVERS ("khamsin nginx-lua"; "floor" adds bench/lib/hello_floor.c, bench/http1.sh's
+#   floor: what a server that does no HTTP work costs per request here), CONNS, ROUNDS (3; servers
+#   alternate in each round),
 #   DURATION (5 s), WARMUP (1 s), PARTS ("cpu syscalls kernel tail"), KHAMSIN_BIN
 #   (build-release/khamsin), APP (bench/apps/hello.lua), NGX_LUA (bench/lib/common.sh's hello),
 #   PORT (23390), SERVER_CORE (1), WRK_CORE (0), TOP (15 kernel symbols).
@@ -72,6 +74,10 @@ start() { # server -> SPID; the server answers on PORT
     nginx_conf "$TMP/ngx" bench/split.sh "$(ulimit -n)" 20000 1 "    listen 127.0.0.1:$PORT;
     location / { $NGX_LUA }"
     taskset -c "$SERVER_CORE" nginx -p "$TMP/ngx/" -c "$TMP/ngx/nginx.conf" -e "$TMP/ngx/error.log" &
+    SPID=$! ;;
+  floor) # bench/http1.sh's floor: epoll, one read and one fixed write a request, nothing else
+    [[ -x $TMP/hello_floor ]] || cc -O2 -o "$TMP/hello_floor" bench/lib/hello_floor.c
+    taskset -c "$SERVER_CORE" "$TMP/hello_floor" "$PORT" &
     SPID=$! ;;
   *) echo "unknown server $1" >&2; exit 1 ;;
   esac
@@ -150,7 +156,9 @@ print("'"$s"' '"$c"' %.3f %.3f %.3f %.3f" % tuple(m))'
     awk -v c="$c" '$2 == c {u[$1] = $3; s[$1] = $4; t[$1] = $5}
       END {if (("khamsin" in t) && ("nginx-lua" in t))
         printf "c%s: nginx+lua total / khamsin total = x%.2f (per CPU-s); nginx+lua total / khamsin sys = x%.2f (the ceiling at zero user time); nginx sys / khamsin sys = %.2f\n",
-          c, t["nginx-lua"] / t["khamsin"], t["nginx-lua"] / s["khamsin"], s["nginx-lua"] / s["khamsin"]}' "$TMP/med"
+          c, t["nginx-lua"] / t["khamsin"], t["nginx-lua"] / s["khamsin"], s["nginx-lua"] / s["khamsin"]
+        if (("floor" in t) && ("nginx-lua" in t))
+          printf "c%s: nginx+lua total / floor total = x%.2f; 1.3x nginx+lua is %.3f us a request in all\n", c, t["nginx-lua"] / t["floor"], t["nginx-lua"] / 1.3}' "$TMP/med"
   done
 fi
 

@@ -22,9 +22,8 @@
 #   PARTS=cpu ROUNDS=5 bench/split.sh
 #   APP=bench/apps/hello_headers.lua NGX_LUA="$(sed -n 's/^-- nginx: //p' bench/apps/hello_headers.lua)" bench/split.sh
 # Knobs: SERVERS ("khamsin nginx-lua"; "floor" adds bench/lib/hello_floor.c, bench/http1.sh's
-#   floor: what a server that does no HTTP work costs per request here), CONNS, ROUNDS (3; servers
-#   alternate in each round),
-#   DURATION (5 s), WARMUP (1 s), PARTS ("cpu syscalls kernel tail"), KHAMSIN_BIN
+#   floor: what a server that does no HTTP work costs per request here), CONNS, ROUNDS (3;
+#   servers alternate in each round), DURATION (5 s), WARMUP (1 s), PARTS ("cpu syscalls kernel tail"), KHAMSIN_BIN
 #   (build-release/khamsin), APP (bench/apps/hello.lua), NGX_LUA (bench/lib/common.sh's hello),
 #   PORT (23390), SERVER_CORE (1), WRK_CORE (0), TOP (15 kernel symbols).
 set -euo pipefail

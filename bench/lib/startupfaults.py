@@ -9,9 +9,9 @@ above the floor. Each run records every page fault (perf record -e page-faults -
 faults taken by trapping, so MADV_POPULATE_WRITE's are not among them) and a few syscalls that
 mark the phases (the first rt_sigaction is main's signal(SIGPIPE), listen, the supervisor's
 clone3, worker 0's first epoll_wait, accept4, and exit_group: first_answer.lua exits in its
-handler), then prints the median count per phase and per mapping the faulting address is in, and for the
-shared objects with the most faults, per ELF segment (from readelf -lW: ld.so's relocations write
-the GNU_RELRO pages, one trapping copy-on-write fault each, since fault-around maps only reads).
+handler), then prints the median count per phase and per mapping the faulting address is in,
+and for the files with the most faults, per ELF segment (from readelf -lW: ld.so's relocations
+write the GNU_RELRO pages, one trapping copy-on-write fault each; fault-around maps only reads).
 The floor is /bin/true's count (perf stat), exec to exit. Needs perf and tracefs (root).
 """
 import argparse

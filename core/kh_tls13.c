@@ -22,7 +22,9 @@
 #define TYPE_APPDATA 23
 #define HS_KEY_UPDATE 24
 /* KeyUpdates in a row with no application data between them before we call it a flood (each
- * costs us a key derivation, and an answer when requested); OpenSSL's limit too. */
+ * costs us a key derivation); BoringSSL's kMaxKeyUpdates too. A client with that limit counts
+ * ours the same way, so however many requests come while we are silent, we answer one
+ * (on_handshake, RFC 8446 §4.6.3). */
 #define MAX_KEY_UPDATES 32
 /* Empty application-data records in a row (legal, and a way to make us decrypt for nothing):
  * the 33rd is refused, as OpenSSL's MAX_EMPTY_RECORDS does. */
@@ -234,6 +236,7 @@ int kh_tls13_send_key_update(kh_tls13 *r, int request_update, kh_buf *cipher, kh
     const char msg[5] = {HS_KEY_UPDATE, 0, 0, 1, (char)(request_update ? 1 : 0)};
     if (kh_tls13_seal(r, TYPE_HANDSHAKE, msg, sizeof msg, cipher, bufs) || dir_update(r, &r->tx, 1))
         return KH_EPROTO;
+    r->tx_updated = 1;
     return 0;
 }
 
@@ -245,6 +248,7 @@ int kh_tls13_write(kh_tls13 *r, const char *p, size_t n, kh_buf *cipher, kh_bufc
         size_t k = KH_MIN(n, (size_t)MAX_PLAIN);
         if (kh_tls13_seal(r, TYPE_APPDATA, p, k, cipher, bufs))
             return KH_EPROTO;
+        r->tx_updated = 0;
         p += k;
         n -= k;
     }
@@ -298,8 +302,12 @@ static int on_handshake(kh_tls13 *r, const uint8_t *m, size_t n, kh_buf *cipher,
         return fatal(r, KH_TLS_ALERT_UNEXPECTED_MESSAGE, cipher, bufs);
     if (dir_update(r, &r->rx, 0))
         return fatal(r, KH_TLS_ALERT_INTERNAL_ERROR, cipher, bufs);
-    /* update_requested: ours goes out before any further application data (§4.6.3). */
-    if (req == 1 && kh_tls13_send_key_update(r, 0, cipher, bufs))
+    /* update_requested: ours goes out before any further application data (§4.6.3); one since
+     * our last data answers every request ("multiple KeyUpdates while it is silent [get] a
+     * single update"): answering each, a client sending 33 requests with data between them but
+     * nothing from us got 33 KeyUpdates in a row, which a peer with BoringSSL's limit refuses
+     * (found by fuzz_tls13; core/fuzz/regress/tls13). */
+    if (req == 1 && !r->tx_updated && kh_tls13_send_key_update(r, 0, cipher, bufs))
         return fatal(r, KH_TLS_ALERT_INTERNAL_ERROR, cipher, bufs);
     return 0;
 }

@@ -12,9 +12,10 @@
  * Bounds (a peer cannot make us spin or buffer without progress; OpenSSL's figures): 32 empty
  *        application-data records in a row, 5 user_canceled alerts in a row (the one warning
  *        TLS 1.3 has besides close_notify; every other alert is fatal whatever its level says),
- *        32 KeyUpdates in a row; a handshake message split across records is reassembled, and
- *        since KeyUpdate (5 bytes) is the only one a client may send us, that costs a 3-bit
- *        position, no buffer. */
+ *        32 KeyUpdates in a row (BoringSSL's figure); a handshake message split across records
+ *        is reassembled, and since KeyUpdate (5 bytes) is the only one a client may send us, that
+ *        costs a 3-bit position, no buffer. Any number of update requests while we send no data
+ *        gets one KeyUpdate from us (RFC 8446 §4.6.3), so we never exceed a peer's own bound. */
 #ifndef KH_TLS13_H
 #define KH_TLS13_H
 
@@ -43,6 +44,7 @@ typedef struct kh_tls13 {
     kh_buf partial;        /* a record cut by a read */
     uint64_t tx_rekey_at;  /* records under one write key before we send KeyUpdate (§5.5) */
     uint8_t key_updates;   /* KeyUpdates received since the last application data */
+    uint8_t tx_updated;    /* we sent a KeyUpdate since our last application data record */
     uint8_t empty_records; /* empty application-data records in a row */
     uint8_t warn_alerts;   /* user_canceled alerts in a row */
     uint8_t hs_len;        /* bytes of a KeyUpdate split across records seen so far (0..4) */

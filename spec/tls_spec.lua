@@ -88,6 +88,18 @@ describe("TLS", function()
             assert.are.equal(2097152, #r.body)
         end)
 
+        it("answers 40 KeyUpdate requests made while it sent nothing with one KeyUpdate", function()
+            -- RFC 8446 4.6.3: one update before our next data; 40 in a row would exceed what a
+            -- peer counting them accepts (BoringSSL refuses a 33rd in a row)
+            local l = srv.tls_listens[1]
+            local out = run(string.format("python3 %s %s %d 40",
+                sh_quote(server.root .. "/spec/helpers/key_updates.py"), l.host, l.port))
+            local sent, received, status = out:match("sent (%d+) received (%d+) status (%d+)")
+            assert.are.equal("40", sent, out)
+            assert.are.equal("1", received, out)
+            assert.are.equal("200", status, out)
+        end)
+
         it("keeps a connection alive across requests", function()
             local out, rc = curl(srv, "--http1.1", "/ https://127.0.0.1:" .. srv.tls_listens[1].port .. "/scheme")
             assert.are.equal(0, rc, out)

@@ -260,6 +260,43 @@ static void test_suite(const char *suite)
         kh_tls13_free(&me, &bufs);
     }
 
+    /* 40 KeyUpdate(update_requested), each followed by data, while we send nothing: one answer
+     * (§4.6.3), not 40 in a row, which a peer counting KeyUpdates (32, as BoringSSL and we do)
+     * refuses; after our data, the next request is answered again */
+    {
+        kh_tls13 peer, me;
+        uint16_t id = SSL_CIPHER_get_protocol_id(SSL_get_current_cipher(p.client));
+        kh_tls13_init(&peer, algs, id, p.sec.s, p.sec.c, p.sec.len, 0);
+        kh_tls13_init(&me, algs, id, p.sec.c, p.sec.s, p.sec.len, 0);
+        kh_buf wire = {0}, plain = {0}, out = {0};
+        int rc = 0;
+        for (int i = 0; i < 40 && rc == 0; i++) {
+            kh_tls13_send_key_update(&peer, 1, &wire, &bufs);
+            kh_tls13_write(&peer, "x", 1, &wire, &bufs);
+            rc = kh_tls13_read(&me, wire.base, wire.len, &plain, &out, &bufs);
+            wire.len = 0;
+        }
+        kh_is_int(rc, 0, "%s: 40 requested KeyUpdates with data between: accepted", suite);
+        kh_is_int(plain.len, 40, "%s: ... and the data under each new key", suite);
+        /* one record: header 5, KeyUpdate 4 + 1, content type 1, tag 16 */
+        kh_is_int(out.len, 27, "%s: ... answered by one KeyUpdate while we were silent", suite);
+        kh_tls13_write(&me, "reply", 5, &out, &bufs);
+        plain.len = 0;
+        kh_is_int(kh_tls13_read(&peer, out.base, out.len, &plain, &wire, &bufs), 0,
+                  "%s: ... which the peer reads, then our data under the new key", suite);
+        kh_is_str(plain.base, plain.len, "reply", "%s: ... the data", suite);
+        out.len = plain.len = wire.len = 0;
+        kh_tls13_send_key_update(&peer, 1, &wire, &bufs);
+        kh_is_int(kh_tls13_read(&me, wire.base, wire.len, &plain, &out, &bufs), 0,
+                  "%s: a request after our data", suite);
+        kh_is_int(out.len, 27, "%s: ... is answered again", suite);
+        kh_buf_release(&wire, &bufs);
+        kh_buf_release(&plain, &bufs);
+        kh_buf_release(&out, &bufs);
+        kh_tls13_free(&peer, &bufs);
+        kh_tls13_free(&me, &bufs);
+    }
+
     /* we rekey on our own after tx_rekey_at records (2^24 in production) */
     p.rec.tx_rekey_at = p.rec.tx.seq + 3;
     int ok = 1;

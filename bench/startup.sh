@@ -16,6 +16,9 @@
 #                                    # both floors (needs perf and strace)
 #   PARTS=timeline RT=1 bench/startup.sh  # where the wall clock goes, phase by phase (ftrace
 #                                    # tracepoints: root; bench/lib/startuptimeline.py)
+#   PARTS=steps RT=1 bench/startup.sh     # worker 0's Lua state load step by step, wall clock
+#                                    # (builds build-steps/ with -DKH_STARTUP_STEPS=ON; not in
+#                                    # the default PARTS; bench/lib/startupsteps.py)
 #   RT=1: the measurers run under chrt -f 10 (SCHED_FIFO, inherited by the servers): on a busy
 #   box other processes then do not preempt a run (the box's own slowness still shows)
 #
@@ -206,6 +209,15 @@ for label, fn in parts:
     else
       echo "  (skipped: needs root and tracefs instances)"
     fi
+  fi
+  if [[ " $PARTS " == *" steps "* ]]; then
+    echo
+    echo "## Steps of worker 0's Lua state load (lua/kh_lua_state.c worker_init; wall clock${RT:+, under chrt -f 10}, build-steps/ = -DKH_STARTUP_STEPS=ON): cleartext, bench/apps/hello.lua"
+    cmake -S . -B build-steps -DCMAKE_BUILD_TYPE=Release -DKH_STARTUP_STEPS=ON >/dev/null &&
+      cmake --build build-steps -j2 --target khamsin >/dev/null
+    # shellcheck disable=SC2086 # COMMON: options split on spaces
+    "${RTPREFIX[@]}" $PY bench/lib/startupsteps.py --runs "$RUNS" --port "$PORT" --server-core "$SERVER_CORE" \
+      --client-core "$CLIENT_CORE" -- build-steps/khamsin $COMMON --listen 127.0.0.1:PORT bench/apps/hello.lua
   fi
   if [[ -n ${BENCH_SUMMARY:-} && -f $TMP/wall.jsonl ]]; then
     $PY - "$TMP/wall.jsonl" >>"$BENCH_SUMMARY" <<'EOF'

@@ -188,6 +188,31 @@ static void populate_arenas(lua_State *L)
 #endif
 }
 
+/* KH_STARTUP_STEPS (a CMake option, off: nothing of it is compiled in otherwise) times each
+ * step of worker_init on the wall clock and writes "startup-step NAME MS" on stderr, for
+ * bench/startup.sh PARTS=steps: the instruction counts (PARTS=ir) say what a step does, this
+ * what it costs here, where a page fault is worth ~40,000 instructions. */
+#ifdef KH_STARTUP_STEPS
+#include <time.h>
+static double step_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+static void step_mark(double *t, const char *name)
+{
+    double now = step_ms();
+    fprintf(stderr, "startup-step %s %.4f\n", name, now - *t);
+    *t = step_ms(); /* the write is not the next step's */
+}
+#define STEP_START(t) double t = step_ms()
+#define STEP(t, name) step_mark(&(t), name)
+#else
+#define STEP_START(t) ((void)0)
+#define STEP(t, name) ((void)0)
+#endif
+
 static void state_free(kh_lua *K)
 {
     kh__lua_close_timers(K);
@@ -206,6 +231,7 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
     K->irq = kh__lua_irq_get();
     K->dev = w->cfg->dev;
     K->run_ref = LUA_NOREF;
+    STEP_START(t);
     lua_State *L = luaL_newstate();
     if (L == NULL) {
         snprintf(err, errlen, "cannot create a Lua state");
@@ -214,7 +240,9 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
         return -1;
     }
     K->L = L;
+    STEP(t, "luaL_newstate");
     populate_arenas(L);
+    STEP(t, "populate_arenas");
     /* No collection while khamsin sets its own part of the state up (the libraries, the core
      * functions, khamsin.coroutine, then khamsin itself with khamsin.request, .response and
      * .errors): it makes next to no garbage, and the incremental steps that a young heap's low
@@ -228,9 +256,11 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
      * replaced one before its require. */
     lua_gc(L, LUA_GCSTOP, 0);
     luaL_openlibs(L);
+    STEP(t, "luaL_openlibs");
     kh__lua_set_path(L, w->cfg->script);
     kh__lua_modules_preload(L);
     kh__lua_open_core(L, K);
+    STEP(t, "path+preload+core_table");
     K->live.live_next = K->live.live_prev = &K->live;
     K->event_ref = LUA_NOREF;
     /* user coroutines pass the engine's waits upward (khamsin/coroutine.lua): installed
@@ -242,6 +272,7 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
         state_free(K);
         return -1;
     }
+    STEP(t, "require_khamsin.coroutine");
     lua_getglobal(L, "require");
     lua_pushliteral(L, "khamsin");
     if (lua_pcall(L, 1, 0, 0) != 0) {
@@ -249,6 +280,7 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
         state_free(K);
         return -1;
     }
+    STEP(t, "require_khamsin");
     lua_gc(L, LUA_GCRESTART, -1);
 
     lua_pushcfunction(L, traceback);
@@ -259,6 +291,7 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
         state_free(K);
         return -1;
     }
+    STEP(t, "app_script");
     lua_settop(L, 0);
     /* the runner is resolved once: dispatch pushes it by ref */
     lua_getglobal(L, "require");
@@ -283,6 +316,7 @@ static int worker_init(kh_worker *w, kh_app_inst *inst, void **app, char *err, s
     }
     K->event_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_settop(L, 0);
+    STEP(t, "runner_refs");
     if (K->dev)
         K->files = loaded_files_list(L, w->cfg->script);
     *app = K;

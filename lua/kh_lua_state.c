@@ -191,7 +191,8 @@ static void populate_arenas(lua_State *L)
 /* KH_STARTUP_STEPS (a CMake option, off: nothing of it is compiled in otherwise) times each
  * step of worker_init on the wall clock and writes "startup-step NAME MS" on stderr, for
  * bench/startup.sh PARTS=steps: the instruction counts (PARTS=ir) say what a step does, this
- * what it costs here, where a page fault is worth ~40,000 instructions. */
+ * what it costs here, where one page fault takes as long as ~40,000 instructions (12.5 us
+ * measured on these VMs, bench/README.md, start-up). */
 #ifdef KH_STARTUP_STEPS
 #include <time.h>
 static double step_ms(void)

@@ -136,13 +136,18 @@ def run_case(a, cmd, tls, log):
     return (answered - t0) * 1e3
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def run_options(ap):
+    """the options run_case reads (a.port, a.server_core, a.client_core, a.timeout) and --runs"""
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--server-core", type=int, default=1)
     ap.add_argument("--client-core", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=10)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    run_options(ap)
     ap.add_argument("--json")
     ap.add_argument("--warm-gets", type=int, default=0)
     ap.add_argument("--log", default="/dev/null")

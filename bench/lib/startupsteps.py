@@ -21,11 +21,7 @@ import startupbench  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--server-core", type=int, default=1)
-    ap.add_argument("--client-core", type=int, default=0)
-    ap.add_argument("--timeout", type=float, default=10)
+    startupbench.run_options(ap)
     ap.add_argument("cmd", nargs="+")
     a = ap.parse_args()
     a.log = "the server's stderr"

@@ -16,6 +16,7 @@ fuzz=${2:-build-fuzz}
 cd "$(dirname "$0")/.."
 passed=0
 failed=0
+fuzz_failed=
 jobs=$(nproc)
 
 fuzz_log=$(mktemp)
@@ -80,15 +81,21 @@ if wait "$fuzz_build"; then
       passed=$((passed + 1))
     else
       echo "fuzz $t: FAILED"; tail -40 "$work/$t.log"
+      fuzz_failed="$fuzz_failed $t"
       failed=$((failed + 1))
     fi
   done
   rm -rf "$work"
 else
   echo "fuzz build failed"; tail -40 "$fuzz_log"
+  fuzz_failed=" (the build)"
   failed=$((failed + 1))
 fi
 rm -f "$fuzz_log"
 
+# what failed, again, above the last line: a log cut to its tail still names it
+echo "$ctest_out" | grep -E '^[[:space:]]*[0-9]+ - .*\((Failed|SEGFAULT|Timeout|Subprocess aborted|Exception)' | sed 's/^/FAILED CTEST: /'
+echo "$spec_out" | grep -E '^FAILED SPEC: '
+[ -n "${fuzz_failed:-}" ] && echo "FAILED FUZZ:$fuzz_failed"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

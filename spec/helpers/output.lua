@@ -65,6 +65,17 @@ return function(options)
             if #slow > 0 then
                 io.stdout:write("\nslow specs:\n" .. table.concat(slow, "\n") .. "\n")
             end
+            -- the failures again, a line each, right above the summary: a CI log that keeps only
+            -- its last lines still names what failed (.ci/test.sh repeats these lines at its end)
+            local names = {}
+            for _, list in ipairs({ handler.failures, handler.errors }) do
+                for _, f in ipairs(list) do
+                    local where = f.trace and f.trace.short_src and
+                        (f.trace.short_src .. ":" .. tostring(f.trace.currentline)) or "?"
+                    names[#names + 1] = "FAILED SPEC: " .. tostring(f.name) .. " (" .. where .. ")"
+                end
+            end
+            if #names > 0 then io.stdout:write("\n" .. table.concat(names, "\n") .. "\n") end
             local passed = handler.successesCount
             local failed = handler.failuresCount + handler.errorsCount
             io.stdout:write(string.format("\n%d passed, %d failed\n", passed, failed))

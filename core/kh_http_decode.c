@@ -4,7 +4,11 @@
  * In:    encoded bytes; the end of the body.
  * Out:   decoded bytes through the caller's callback.
  * Never: grows past max_out decoded bytes; accepts bytes after the end of the compressed stream
- *        (a second gzip member is decoded, as gzip(1) does; trailing garbage is KH_HD_EDATA). */
+ *        (a second gzip member is decoded, as gzip(1) does; trailing garbage is KH_HD_EDATA);
+ *        decodes a zstd frame that RFC 8878 does not define: Debian's libzstd also reads the
+ *        pre-1.0 "legacy" formats, whose streaming decoder gave a different verdict for the same
+ *        bytes fed whole or split (found by fuzz_h2_client), so each frame's magic number is
+ *        checked here before libzstd sees the frame. */
 #include "kh_http_decode.h"
 
 #include <string.h>
@@ -19,7 +23,19 @@ struct kh_hd {
     uint64_t max_out, total;
     z_stream z;
     ZSTD_DStream *zs;
+    /* zstd: the start of a frame (at the start and after each frame's end) is held here until
+     * its 4-byte magic number is known */
+    int at_frame;
+    unsigned char magic[4];
+    size_t magic_len;
 };
+
+/* RFC 8878 §3.1.1 (a zstd frame) and §3.1.2 (a skippable frame, 0x184D2A50..5F), little-endian */
+static int zstd_magic_ok(const unsigned char *m)
+{
+    uint32_t v = (uint32_t)m[0] | (uint32_t)m[1] << 8 | (uint32_t)m[2] << 16 | (uint32_t)m[3] << 24;
+    return v == 0xFD2FB528u || (v & 0xFFFFFFF0u) == 0x184D2A50u;
+}
 
 int kh_hd_kind_of(const char *v, size_t len)
 {
@@ -45,6 +61,7 @@ kh_hd *kh_hd_new(int kind, uint64_t max_out)
         if (d->zs == NULL)
             abort();
         ZSTD_initDStream(d->zs);
+        d->at_frame = 1;
     } else {
         /* 32 + 15: gzip or zlib header detected; deflate: zlib-wrapped (RFC 9110 §8.4.1.2) */
         if (inflateInit2(&d->z, kind == KH_HD_GZIP ? 16 + MAX_WBITS : 32 + MAX_WBITS) != Z_OK)
@@ -70,6 +87,24 @@ int kh_hd_feed(kh_hd *d, const char *in, size_t n, kh_hd_out out, void *arg)
     if (d->kind == KH_HD_ZSTD) {
         ZSTD_inBuffer ib = {in, n, 0};
         while (ib.pos < ib.size) {
+            if (d->at_frame) {
+                /* a frame starts: hold its first bytes until the magic number is whole */
+                d->ended = 0;
+                while (d->magic_len < 4 && ib.pos < ib.size)
+                    d->magic[d->magic_len++] = ((const unsigned char *)in)[ib.pos++];
+                if (d->magic_len < 4)
+                    break;
+                if (!zstd_magic_ok(d->magic))
+                    return KH_HD_EDATA;
+                /* 4 bytes are less than any frame header (6 or 8): libzstd keeps them all */
+                ZSTD_inBuffer mb = {d->magic, 4, 0};
+                ZSTD_outBuffer ob = {buf, sizeof(buf), 0};
+                if (ZSTD_isError(ZSTD_decompressStream(d->zs, &ob, &mb)) || mb.pos != 4)
+                    return KH_HD_EDATA;
+                d->at_frame = 0;
+                d->magic_len = 0;
+                continue;
+            }
             ZSTD_outBuffer ob = {buf, sizeof(buf), 0};
             size_t r = ZSTD_decompressStream(d->zs, &ob, &ib);
             if (ZSTD_isError(r))
@@ -78,8 +113,8 @@ int kh_hd_feed(kh_hd *d, const char *in, size_t n, kh_hd_out out, void *arg)
             int e = emit(d, buf, ob.pos, out, arg);
             if (e)
                 return e;
-            if (ob.pos == 0 && ib.pos < ib.size && r == 0)
-                continue; /* a new frame starts */
+            if (r == 0)
+                d->at_frame = 1; /* libzstd stops at a frame's end: what follows is a new one */
         }
         /* flush what zstd holds back */
         for (;;) {

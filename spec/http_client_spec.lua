@@ -326,12 +326,13 @@ describe("k.http", function()
                 assert.are.equal("timeout", r.err)
             end)
 
-        it("gzip and zstd bodies are decoded; corrupt gzip and a gzip bomb fail", function()
+        it("gzip and zstd bodies are decoded; corrupt gzip, a pre-1.0 zstd frame and a gzip bomb fail", function()
             local r = do_req { url = B("gzip") }
             assert.are.same({ ("hello gzip"):rep(100), "gzip" }, { r.body, r.decoded })
             r = do_req { url = B("zstd") }
             assert.are.same({ ("hello zstd"):rep(100), "zstd" }, { r.body, r.decoded })
             assert.are.equal("corrupt compressed body", do_req { url = B("gzipbad") }.err)
+            assert.are.equal("corrupt compressed body", do_req { url = B("zstdold") }.err)
             assert.are.equal("response body too large",
                 do_req { url = B("bomb"), max_body = 1048576 }.err)
         end)

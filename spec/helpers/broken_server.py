@@ -18,6 +18,7 @@ Modes (each reads a request head first, except where said):
   gzip      200 with a gzip body ("hello gzip" x 100)
   zstd      200 with a zstd body ("hello zstd" x 100) made by /usr/bin/zstd
   gzipbad   Content-Encoding: gzip, a body that is not gzip      -> "corrupt compressed body"
+  zstdold   Content-Encoding: zstd, a pre-1.0 (v0.7 magic) frame  -> "corrupt compressed body"
   bomb      gzip of 64 MiB of zeros (about 64 KiB on the wire)   -> "response body too large"
   redirect  /r/N -> 302 to /r/N-1 on the same port, /r/0 -> 200 echoing Authorization/Cookie;
             /cross?to=PORT -> 302 to http://127.0.0.1:PORT/r/0; /loop -> 302 to /loop;
@@ -156,6 +157,11 @@ def handle(mode, conn, ports):
         if mode == "zstd":
             conn.sendall(resp("200 OK", ZS, "Content-Encoding: zstd\r\n"))
             continue
+        if mode == "zstdold":
+            # RFC 8878 defines magic 0xFD2FB528 only; libzstd's legacy v0.7 reader is refused
+            conn.sendall(resp("200 OK", bytes([0x27, 0xb5, 0x2f, 0xfd, 0x04, 0x58, 0, 0, 0]),
+                              "Content-Encoding: zstd\r\n"))
+            continue
         if mode == "gzipbad":
             conn.sendall(resp("200 OK", b"this is not gzip at all", "Content-Encoding: gzip\r\n"))
             continue
@@ -226,7 +232,7 @@ def handle_safe(mode, conn, ports):
 
 def main():
     modes = ["midbody", "chunkcut", "clmore", "mute", "reset", "early", "badchunk", "cltete",
-             "slowbody", "gzip", "zstd", "gzipbad", "bomb", "redirect", "redirect2", "echo",
+             "slowbody", "gzip", "zstd", "zstdold", "gzipbad", "bomb", "redirect", "redirect2", "echo",
              "watch"]
     ports = {}
     socks = {}

@@ -1,0 +1,145 @@
+/* test_http_decode.c: kh_http_decode, the HTTP client's Content-Encoding decoders: every input
+ * fed whole and one byte at a time gives the same bytes and the same verdict. zstd: one frame,
+ * two frames, a skippable frame before one (RFC 8878 §3.1.2), trailing bytes, a truncated frame,
+ * and the pre-1.0 "legacy" frames that Debian's libzstd reads but RFC 8878 does not define
+ * (refused: fed split, libzstd's legacy decoder gave another verdict than fed whole; the input
+ * fuzz_h2_client found is core/fuzz/regress/h2_client/zstd_legacy_v07_frame). gzip: two members,
+ * trailing garbage; deflate (zlib-wrapped); the max_out bound. */
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "kh_http_decode.h"
+#include "kh_test.h"
+
+typedef struct {
+    char p[1 << 16];
+    size_t n;
+} sink;
+
+static void out(void *arg, const char *p, size_t n)
+{
+    sink *s = arg;
+    if (s->n + n <= sizeof s->p)
+        memcpy(s->p + s->n, p, n);
+    s->n += n;
+}
+
+/* in fed whole (step 0) or step bytes at a time; the verdict of the feeds, then of finish */
+static int decode(int kind, uint64_t max, const void *in, size_t len, size_t step, sink *s)
+{
+    kh_hd *d = kh_hd_new(kind, max);
+    const char *p = in;
+    int e = 0;
+    memset(s, 0, sizeof *s);
+    for (size_t off = 0; e == 0 && off < len;) {
+        size_t k = step && step < len - off ? step : len - off;
+        e = kh_hd_feed(d, p + off, k, out, s);
+        off += k;
+    }
+    if (e == 0)
+        e = kh_hd_finish(d);
+    kh_hd_free(d);
+    return e;
+}
+
+/* the same verdict and bytes fed whole and byte by byte; returns the verdict */
+static int both(int kind, uint64_t max, const void *in, size_t len, const char *want,
+                const char *what)
+{
+    static sink a, b;
+    int ea = decode(kind, max, in, len, 0, &a);
+    int eb = decode(kind, max, in, len, 1, &b);
+    kh_is_int(eb, ea, "%s: the same verdict byte by byte", what);
+    if (ea == 0 && want) {
+        kh_is_str(a.p, a.n, want, "%s: decoded whole", what);
+        kh_is_str(b.p, b.n, want, "%s: decoded byte by byte", what);
+    }
+    return ea;
+}
+
+static size_t zstd_of(const char *text, unsigned char *buf, size_t cap)
+{
+    size_t n = ZSTD_compress(buf, cap, text, strlen(text), 3);
+    return ZSTD_isError(n) ? 0 : n;
+}
+
+static size_t gzip_of(const char *text, unsigned char *buf, size_t cap, int wbits)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    deflateInit2(&z, 6, Z_DEFLATED, wbits, 8, Z_DEFAULT_STRATEGY);
+    z.next_in = (Bytef *)(uintptr_t)text;
+    z.avail_in = (uInt)strlen(text);
+    z.next_out = buf;
+    z.avail_out = (uInt)cap;
+    deflate(&z, Z_FINISH);
+    size_t n = cap - z.avail_out;
+    deflateEnd(&z);
+    return n;
+}
+
+int main(void)
+{
+    static unsigned char b[4096];
+    const char *hello = "hello zstd hello zstd hello zstd";
+
+    kh_subtest("zstd: one frame, two frames, a skippable frame first");
+    size_t n1 = zstd_of(hello, b, sizeof b);
+    kh_ok(n1 > 0, "compressed");
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, b, n1, hello, "one frame"), 0, "one frame decodes");
+    size_t n2 = zstd_of("second", b + n1, sizeof b - n1);
+    char two[128];
+    snprintf(two, sizeof two, "%ssecond", hello);
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, b, n1 + n2, two, "two frames"), 0, "two frames decode");
+    static unsigned char sk[4096];
+    /* magic 0x184D2A5A, little-endian; 3 bytes of user data */
+    memcpy(sk, "\x5a\x2a\x4d\x18\x03\x00\x00\x00xyz", 11);
+    size_t n3 = zstd_of(hello, sk + 11, sizeof sk - 11);
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, sk, 11 + n3, hello, "skippable + frame"), 0,
+              "a skippable frame is skipped");
+
+    kh_subtest("zstd: truncated, trailing bytes, legacy frames");
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, b, n1 - 1, NULL, "truncated"), KH_HD_ETRUNC,
+              "a frame cut short is truncated");
+    memcpy(b + n1, "\x28\xb5", 2);
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, b, n1 + 2, NULL, "2 trailing bytes"), KH_HD_ETRUNC,
+              "the start of another frame and no more: truncated");
+    memcpy(b + n1, "junk", 4);
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, b, n1 + 4, NULL, "trailing junk"), KH_HD_EDATA,
+              "4 bytes that are no frame's magic after a frame: corrupt");
+    static const unsigned char v07[] = {0x27, 0xb5, 0x2f, 0xfd, 0x04, 0x58, 0x00, 0x00, 0x00};
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, v07, sizeof v07, NULL, "v0.7 frame"), KH_HD_EDATA,
+              "a legacy v0.7 frame (magic 0xFD2FB527) is refused");
+    for (unsigned m = 0x21; m <= 0x27; m++) { /* v0.1 (0x1EB52FFD) aside, 0xFD2FB521..27 */
+        unsigned char f[16] = {(unsigned char)m, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0};
+        kh_is_int(both(KH_HD_ZSTD, 1 << 20, f, sizeof f, NULL, "legacy"), KH_HD_EDATA,
+                  "legacy magic 0xFD2FB5%02X is refused", m);
+    }
+    static const unsigned char v01[] = {0x1e, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0};
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, v01, sizeof v01, NULL, "v0.1"), KH_HD_EDATA,
+              "legacy v0.1 magic is refused");
+    memcpy(b + n1, v07, sizeof v07);
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, b, n1 + sizeof v07, NULL, "frame + legacy"),
+              KH_HD_EDATA, "a legacy frame after a good one is refused too");
+
+    kh_subtest("zstd: max_out");
+    kh_is_int(both(KH_HD_ZSTD, 10, b, n1, NULL, "max_out 10"), KH_HD_ETOOBIG,
+              "over max_out: too big");
+
+    kh_subtest("gzip and deflate");
+    size_t g1 = gzip_of("first ", b, sizeof b, 16 + MAX_WBITS);
+    size_t g2 = gzip_of("second", b + g1, sizeof b - g1, 16 + MAX_WBITS);
+    kh_is_int(both(KH_HD_GZIP, 1 << 20, b, g1 + g2, "first second", "two members"), 0,
+              "two gzip members decode, as gzip(1) does");
+    memcpy(b + g1, "junk", 4);
+    kh_ok(both(KH_HD_GZIP, 1 << 20, b, g1 + 4, NULL, "gzip + junk") != 0,
+          "trailing garbage after a gzip member fails");
+    size_t d1 = gzip_of("deflated", b, sizeof b, MAX_WBITS);
+    kh_is_int(both(KH_HD_DEFLATE, 1 << 20, b, d1, "deflated", "deflate"), 0,
+              "deflate (zlib-wrapped) decodes");
+    kh_is_int(both(KH_HD_DEFLATE, 1 << 20, b, d1 - 2, NULL, "deflate cut"), KH_HD_ETRUNC,
+              "a cut deflate body is truncated");
+    return kh_test_done();
+}

@@ -55,6 +55,13 @@
  *                             memory bench); exit 0 when every child succeeded
  *          --first-dcid-byte B the first byte of the first Initial's DCID (khamsin's CID
  *                             router sends it to worker B mod workers)
+ *          --rebind-after N   a NAT rebinding: once N bytes of datagrams went out, the rest go
+ *                             from a new socket (a new source port), with the same connection
+ *                             IDs and nothing said to the server (ngtcp2_conn_set_local_addr);
+ *                             the old socket is closed, as a NAT forgets its old mapping.
+ *                             Counted in bytes, not time, so that an upload is still going
+ *                             when it happens however fast the machine is; prints "rebound
+ *                             from port A to port B after N bytes" on stderr
  * Out:   exit 0 when every response arrived complete; 1 otherwise (a message on stderr).
  * Never: verifies the server's certificate (a test tool, like curl -k). */
 #include <arpa/inet.h>
@@ -91,6 +98,7 @@ typedef struct {
     struct { uint8_t b[256]; size_t n; int bidi; } raw[8];
     int nraw, no_h3;
     int dcid_byte, forks;
+    long long rebind_after;
 } opts_t;
 
 typedef struct {
@@ -110,6 +118,8 @@ typedef struct {
     size_t raw_off[8];
     int raw_open; /* --raw-*: the handshake is done, the streams are to be opened */
     int raw_done; /* the server's verdict on the raw streams came */
+    long long sent_bytes; /* datagram bytes sent, for --rebind-after */
+    int rebound;
 } client_t;
 
 static opts_t O;
@@ -432,6 +442,7 @@ static int send_pkt(client_t *c, const uint8_t *p, size_t n)
         memcpy(c->last_sent, p, n);
         c->last_sent_len = n;
     }
+    c->sent_bytes += (long long)n;
     return send(c->q.fd, p, n, 0) < 0 && errno != EAGAIN ? -1 : 0;
 }
 
@@ -461,6 +472,40 @@ static int open_raw(client_t *c)
         }
         c->raw_sids[i] = sid;
     }
+    return 0;
+}
+
+/* --rebind-after: the same connection from a new socket (a new source port), unannounced */
+static int rebind(client_t *c)
+{
+    struct sockaddr_storage remote = c->q.remote;
+    socklen_t remotelen = c->q.remotelen;
+    int old = c->q.fd, oldport = 0, newport = 0;
+    int fd = socket(remote.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&remote, remotelen) != 0) {
+        fprintf(stderr, "kh-h3get: rebind: %s\n", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (c->q.local.ss_family == AF_INET)
+        oldport = ntohs(((struct sockaddr_in *)&c->q.local)->sin_port);
+    else
+        oldport = ntohs(((struct sockaddr_in6 *)&c->q.local)->sin6_port);
+    c->q.locallen = sizeof c->q.local;
+    getsockname(fd, (struct sockaddr *)&c->q.local, &c->q.locallen);
+    if (c->q.local.ss_family == AF_INET)
+        newport = ntohs(((struct sockaddr_in *)&c->q.local)->sin_port);
+    else
+        newport = ntohs(((struct sockaddr_in6 *)&c->q.local)->sin6_port);
+    c->q.fd = fd;
+    close(old);
+    ngtcp2_addr a;
+    ngtcp2_addr_init(&a, (struct sockaddr *)&c->q.local, c->q.locallen);
+    ngtcp2_conn_set_local_addr(c->q.qc, &a);
+    c->rebound = 1;
+    fprintf(stderr, "rebound from port %d to port %d after %lld bytes\n", oldport, newport,
+            c->sent_bytes);
     return 0;
 }
 
@@ -666,6 +711,9 @@ static int run_conn(void)
             }
             c.last_progress = now_ns();
         }
+        if (O.rebind_after > 0 && !c.rebound && c.sent_bytes >= O.rebind_after &&
+            rebind(&c) != 0)
+            break;
         if (c.q.h3 && !O.nraw && !c.in_flight && c.done_requests < O.repeat) {
             if (submit_request(&c) < 0)
                 break;
@@ -920,6 +968,8 @@ int main(int argc, char **argv)
             O.nraw++;
         } else if (i + 1 < argc && strcmp(a, "--first-dcid-byte") == 0)
             O.dcid_byte = atoi(argv[++i]) & 0xff;
+        else if (i + 1 < argc && strcmp(a, "--rebind-after") == 0)
+            O.rebind_after = atoll(argv[++i]);
         else if (i + 1 < argc && strcmp(a, "--fork") == 0)
             O.forks = atoi(argv[++i]);
         else if (strcmp(a, "--no-h3") == 0)

@@ -514,6 +514,9 @@ ssize_t kh_h1_parse_request(const char *buf, size_t len, size_t prev_len, kh_h1_
     /* RFC 9112 §2.2: skip empty lines before the request line. They count against header_bytes,
      * so a flood of them ends in 431, and a stray CR or LF among them is refused at once. */
     while (rl < len && (buf[rl] == '\r' || buf[rl] == '\n')) {
+        if (rl >= hb)
+            return KH_H1_EHEADLEN; /* the empty lines took all of the room: 431 whatever follows
+                                    * (as the same bytes cut at hb say; fuzz_h1_parse) */
         if (buf[rl] == '\n')
             return KH_H1_EBARELF;
         if (rl + 1 >= KH_MIN(len, hb))

@@ -5,10 +5,15 @@
  * Out:   decoded bytes through the caller's callback.
  * Never: grows past max_out decoded bytes; accepts bytes after the end of the compressed stream
  *        (a second gzip member is decoded, as gzip(1) does; trailing garbage is KH_HD_EDATA);
- *        decodes a zstd frame that RFC 8878 does not define: Debian's libzstd also reads the
- *        pre-1.0 "legacy" formats, whose streaming decoder gave a different verdict for the same
- *        bytes fed whole or split (found by fuzz_h2_client), so each frame's magic number is
- *        checked here before libzstd sees the frame. */
+ *        gives a verdict on a zstd body that depends on how its bytes were split. libzstd
+ *        decodes a frame found whole in one call's input in a single pass, with other checks
+ *        than its streaming path (a dictionary ID it has no dictionary for fails there and
+ *        passes streamed; so does a window over its limit), and Debian's build also reads the
+ *        pre-1.0 "legacy" formats, which have streaming quirks of their own (fuzz_h2_client
+ *        found both). So each frame's header is held here until whole, checked (RFC 8878's
+ *        magic or a skippable frame, no dictionary, the reserved bit clear, a window of at most
+ *        8 MiB: RFC 9659's bound for HTTP) and fed to libzstd alone: the frame is then always
+ *        streamed. */
 #include "kh_http_decode.h"
 
 #include <string.h>
@@ -23,18 +28,65 @@ struct kh_hd {
     uint64_t max_out, total;
     z_stream z;
     ZSTD_DStream *zs;
-    /* zstd: the start of a frame (at the start and after each frame's end) is held here until
-     * its 4-byte magic number is known */
+    /* zstd: a frame's header (at the start and after each frame's end) is held here until
+     * whole (at most 18 bytes) */
     int at_frame;
-    unsigned char magic[4];
-    size_t magic_len;
+    unsigned char hdr[18];
+    size_t hdr_len;
 };
 
-/* RFC 8878 §3.1.1 (a zstd frame) and §3.1.2 (a skippable frame, 0x184D2A50..5F), little-endian */
-static int zstd_magic_ok(const unsigned char *m)
+/* RFC 9659 §3: HTTP's zstd decoders support windows up to 8 MiB and encoders make none larger */
+#define ZSTD_HTTP_WINDOW_MAX (8u << 20)
+
+static uint64_t le(const unsigned char *p, size_t n)
 {
-    uint32_t v = (uint32_t)m[0] | (uint32_t)m[1] << 8 | (uint32_t)m[2] << 16 | (uint32_t)m[3] << 24;
-    return v == 0xFD2FB528u || (v & 0xFFFFFFF0u) == 0x184D2A50u;
+    uint64_t v = 0;
+    for (size_t i = n; i-- > 0;)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* The frame header held in h[0..n): the bytes the whole header takes (more than n: wait for
+ * them), or 0 when it is whole and acceptable, or -1 when it is refused. RFC 8878 §3.1.1.1. */
+static int zstd_header(const unsigned char *h, size_t n, size_t *need)
+{
+    if (n < 4) {
+        *need = 4;
+        return 1;
+    }
+    uint32_t magic = (uint32_t)le(h, 4);
+    if ((magic & 0xFFFFFFF0u) == 0x184D2A50u) { /* skippable: magic, 4-byte size, data */
+        *need = 8;
+        return n < 8;
+    }
+    if (magic != 0xFD2FB528u)
+        return -1; /* the legacy formats' magics among others */
+    if (n < 5) {
+        *need = 5;
+        return 1;
+    }
+    unsigned fhd = h[4], fcs_flag = fhd >> 6, single = (fhd >> 5) & 1, did_flag = fhd & 3;
+    static const size_t did_size[4] = {0, 1, 2, 4}, fcs_size[4] = {0, 2, 4, 8};
+    size_t wd = single ? 0 : 1, did = did_size[did_flag];
+    size_t fcs = fcs_flag == 0 && single ? 1 : fcs_size[fcs_flag];
+    *need = 5 + wd + did + fcs;
+    if (n < *need)
+        return 1;
+    if (fhd & 8)
+        return -1; /* the reserved bit */
+    if (le(h + 5 + wd, did) != 0)
+        return -1; /* a dictionary: HTTP's zstd coding has none */
+    uint64_t window;
+    if (single) {
+        window = le(h + 5 + did, fcs);
+        if (fcs == 2)
+            window += 256; /* RFC 8878 §3.1.1.1.4: the 2-byte field is offset by 256 */
+    } else {
+        unsigned exp = h[5] >> 3, mant = h[5] & 7;
+        uint64_t base = (uint64_t)1 << (10 + exp);
+        window = base + base / 8 * mant;
+    }
+    return window <= ZSTD_HTTP_WINDOW_MAX ? 0 : -1;
 }
 
 int kh_hd_kind_of(const char *v, size_t len)
@@ -61,6 +113,8 @@ kh_hd *kh_hd_new(int kind, uint64_t max_out)
         if (d->zs == NULL)
             abort();
         ZSTD_initDStream(d->zs);
+        /* what zstd_header allows: libzstd's own check then never refuses what it let through */
+        ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, 23);
         d->at_frame = 1;
     } else {
         /* 32 + 15: gzip or zlib header detected; deflate: zlib-wrapped (RFC 9110 §8.4.1.2) */
@@ -88,21 +142,29 @@ int kh_hd_feed(kh_hd *d, const char *in, size_t n, kh_hd_out out, void *arg)
         ZSTD_inBuffer ib = {in, n, 0};
         while (ib.pos < ib.size) {
             if (d->at_frame) {
-                /* a frame starts: hold its first bytes until the magic number is whole */
+                /* a frame starts: hold its header until whole, check it, then feed it alone */
                 d->ended = 0;
-                while (d->magic_len < 4 && ib.pos < ib.size)
-                    d->magic[d->magic_len++] = ((const unsigned char *)in)[ib.pos++];
-                if (d->magic_len < 4)
-                    break;
-                if (!zstd_magic_ok(d->magic))
+                size_t need;
+                int h;
+                while ((h = zstd_header(d->hdr, d->hdr_len, &need)) > 0 && ib.pos < ib.size)
+                    while (d->hdr_len < need && ib.pos < ib.size)
+                        d->hdr[d->hdr_len++] = ((const unsigned char *)in)[ib.pos++];
+                if (h < 0)
                     return KH_HD_EDATA;
-                /* 4 bytes are less than any frame header (6 or 8): libzstd keeps them all */
-                ZSTD_inBuffer mb = {d->magic, 4, 0};
+                if (h > 0)
+                    break; /* the rest of the header is in a later piece */
+                /* a header and no block: libzstd takes all of it and gives nothing yet */
+                ZSTD_inBuffer hb = {d->hdr, d->hdr_len, 0};
                 ZSTD_outBuffer ob = {buf, sizeof(buf), 0};
-                if (ZSTD_isError(ZSTD_decompressStream(d->zs, &ob, &mb)) || mb.pos != 4)
+                size_t r = ZSTD_decompressStream(d->zs, &ob, &hb);
+                if (ZSTD_isError(r) || hb.pos != hb.size || ob.pos != 0)
                     return KH_HD_EDATA;
                 d->at_frame = 0;
-                d->magic_len = 0;
+                d->hdr_len = 0;
+                if (r == 0) { /* an empty skippable frame ends with its header */
+                    d->ended = 1;
+                    d->at_frame = 1;
+                }
                 continue;
             }
             ZSTD_outBuffer ob = {buf, sizeof(buf), 0};

@@ -539,6 +539,11 @@ static const pcase pcases[] = {
      .in = CRLF8 CRLF8 CRLF8 CRLF8 CRLF8 CRLF8 CRLF8 CRLF8,
      .want = KH_H1_EHEADLEN,
      .lim = &lim_small},
+    /* the same verdict as the first header_bytes alone give (fuzz_h1_parse found a 400 here) */
+    {.name = "empty lines fill header_bytes, then a bare LF (431, not 400)",
+     .in = CRLF8 CRLF8 CRLF8 CRLF8 CRLF8 CRLF8 CRLF8 CRLF8 "\nGET / " H11 HA "\r\n",
+     .want = KH_H1_EHEADLEN,
+     .lim = &lim_small},
 
     /* ---- framing (RFC 9112 §6) ---- */
     {.name = "CL and TE",

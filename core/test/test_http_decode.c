@@ -1,10 +1,11 @@
 /* test_http_decode.c: kh_http_decode, the HTTP client's Content-Encoding decoders: every input
- * fed whole and one byte at a time gives the same bytes and the same verdict. zstd: one frame,
- * two frames, a skippable frame before one (RFC 8878 §3.1.2), trailing bytes, a truncated frame,
- * and the pre-1.0 "legacy" frames that Debian's libzstd reads but RFC 8878 does not define
- * (refused: fed split, libzstd's legacy decoder gave another verdict than fed whole; the input
- * fuzz_h2_client found is core/fuzz/regress/h2_client/zstd_legacy_v07_frame). gzip: two members,
- * trailing garbage; deflate (zlib-wrapped); the max_out bound. */
+ * fed whole and one byte at a time gives the same bytes and the same verdict. zstd: frames with
+ * each size of content-size field, two frames, skippable frames (RFC 8878 §3.1.2), trailing
+ * bytes, a truncated frame, and the frame headers refused before libzstd sees them, each of which
+ * libzstd judged one way fed whole and another fed split (the inputs fuzz_h2_client found are in
+ * core/fuzz/regress/h2_client/): the pre-1.0 "legacy" frames Debian's libzstd reads, a
+ * dictionary ID, the reserved bit, a window over RFC 9659's 8 MiB. gzip: two members, trailing
+ * garbage; deflate (zlib-wrapped); the max_out bound. */
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -14,7 +15,7 @@
 #include "kh_test.h"
 
 typedef struct {
-    char p[1 << 16];
+    char p[1 << 17];
     size_t n;
 } sink;
 
@@ -99,6 +100,56 @@ int main(void)
     size_t n3 = zstd_of(hello, sk + 11, sizeof sk - 11);
     kh_is_int(both(KH_HD_ZSTD, 1 << 20, sk, 11 + n3, hello, "skippable + frame"), 0,
               "a skippable frame is skipped");
+
+    kh_subtest("zstd: each size of content-size field, an empty skippable frame");
+    static char big[70000];
+    for (size_t i = 0; i < sizeof big - 1; i++)
+        big[i] = (char)('a' + i * 7 % 26);
+    static unsigned char zb[80000];
+    static const size_t sizes[] = {10, 300, 69999};
+    for (int i = 0; i < 3; i++) {
+        char keep = big[sizes[i]];
+        big[sizes[i]] = 0;
+        size_t zn = zstd_of(big, zb, sizeof zb);
+        kh_is_int(both(KH_HD_ZSTD, 1 << 20, zb, zn, big, "content size"), 0,
+                  "%zu bytes (the frame's own header) decode", sizes[i]);
+        big[sizes[i]] = keep;
+    }
+    memcpy(sk, "\x50\x2a\x4d\x18\x00\x00\x00\x00", 8);
+    n3 = zstd_of(hello, sk + 8, sizeof sk - 8);
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, sk, 8, "", "empty skippable"), 0,
+              "an empty skippable frame alone is a whole (empty) body");
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, sk, 8 + n3, hello, "empty skippable + frame"), 0,
+              "an empty skippable frame, then a frame");
+    memcpy(sk + 8, "\x27\xb5\x2f\xfd\x04\x58\x00\x00\x00", 9);
+    kh_is_int(both(KH_HD_ZSTD, 1 << 20, sk, 17, NULL, "empty skippable + legacy"), KH_HD_EDATA,
+              "an empty skippable frame, then a legacy one: refused");
+
+    kh_subtest("zstd: frame headers refused or let through");
+    struct {
+        const char *h;
+        size_t n;
+        int want;
+        const char *what;
+    } hs[] = {
+        /* FHD 0x00: window descriptor, no content size; exponent 13 -> 8 MiB, 14 -> 16 MiB */
+        {"\x28\xb5\x2f\xfd\x00\x68", 6, KH_HD_ETRUNC, "an 8 MiB window is let through"},
+        {"\x28\xb5\x2f\xfd\x00\x69", 6, KH_HD_EDATA, "9 MiB: over RFC 9659's bound"},
+        {"\x28\xb5\x2f\xfd\x00\x70", 6, KH_HD_EDATA, "16 MiB: over RFC 9659's bound"},
+        /* single segment, 4-byte content size: the window is the content size */
+        {"\x28\xb5\x2f\xfd\xa0\x00\x00\x80\x00", 9, KH_HD_ETRUNC, "single segment 8 MiB"},
+        {"\x28\xb5\x2f\xfd\xa0\x01\x00\x80\x00", 9, KH_HD_EDATA, "single segment 8 MiB + 1"},
+        /* single segment, 2-byte field: value + 256 */
+        {"\x28\xb5\x2f\xfd\x60\xff\xff", 7, KH_HD_ETRUNC, "2-byte content size (65791)"},
+        /* dictionary ID fields, 1 byte: 0 means none */
+        {"\x28\xb5\x2f\xfd\x01\x00\x00", 7, KH_HD_ETRUNC, "dictionary ID 0 (none)"},
+        {"\x28\xb5\x2f\xfd\x01\x00\x05", 7, KH_HD_EDATA, "dictionary ID 5"},
+        {"\x28\xb5\x2f\xfd\x23\x00\x01\x00\x00\x28", 10, KH_HD_EDATA, "dictionary ID 256"},
+        {"\x28\xb5\x2f\xfd\x08\x00", 6, KH_HD_EDATA, "the reserved bit"},
+    };
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+        kh_is_int(both(KH_HD_ZSTD, 1 << 20, hs[i].h, hs[i].n, NULL, hs[i].what), hs[i].want,
+                  "%s", hs[i].what);
 
     kh_subtest("zstd: truncated, trailing bytes, legacy frames");
     kh_is_int(both(KH_HD_ZSTD, 1 << 20, b, n1 - 1, NULL, "truncated"), KH_HD_ETRUNC,

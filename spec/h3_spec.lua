@@ -68,6 +68,21 @@ local function with(srv, fn)
     assert(ok, err)
 end
 
+-- a 2.4 MB upload body in srv's directory (the migration specs): its path
+local function upload_file(srv)
+    local up = srv.dir .. "/up.bin"
+    local f = assert(io.open(up, "wb"))
+    f:write(string.rep("0123456789abcdef", 150000))
+    f:close()
+    return up
+end
+
+-- runs connections came to srv, each once: none was re-created on another worker
+local function one_connection_per_run(srv, runs)
+    local _, conns = srv:log():gsub("quic: new connection", "")
+    assert.are.equal(runs, conns, "one connection per run, none re-created on another worker")
+end
+
 local function mapped(pid)
     local f = assert(io.open("/proc/" .. pid .. "/maps", "r"))
     local s = f:read("*a")
@@ -336,10 +351,7 @@ k.post("/up", function(req) return "got " .. #req:body() end)
 ]==]
         local srv = start { app = app, workers = 2, args = { "--body-bytes", "10000000", "--log-level", "debug" } }
         with(srv, function()
-            local up = srv.dir .. "/up.bin"
-            local f = assert(io.open(up, "wb"))
-            f:write(string.rep("0123456789abcdef", 150000)) -- 2.4 MB
-            f:close()
+            local up = upload_file(srv)
             -- the client's source port changes mid-upload without a word to the server (a NAT
             -- rebinding): the kernel's reuseport hash picks a worker anew for the new address,
             -- the CID router sends the packets to the worker that owns the connection. The
@@ -353,8 +365,7 @@ k.post("/up", function(req) return "got " .. #req:body() end)
                 assert.truthy(out:find("rebound from port %d+ to port %d+ after %d+ bytes"), "run " .. i .. ": " .. out)
                 assert.are.equal("got 2400000", body, out)
             end
-            local _, conns = srv:log():gsub("quic: new connection", "")
-            assert.are.equal(4, conns, "one connection per run, none re-created on another worker")
+            one_connection_per_run(srv, 4)
         end)
     end)
 
@@ -375,10 +386,7 @@ end)
         local srv = start { app = app, workers = 2, args = { "--body-bytes", "10000000", "--log-level", "debug" } }
         with(srv, function()
             local port = quic_port(srv)
-            local up = srv.dir .. "/up.bin"
-            local f = assert(io.open(up, "wb"))
-            f:write(string.rep("0123456789abcdef", 150000)) -- 2.4 MB
-            f:close()
+            local up = upload_file(srv)
             -- an active migration (RFC 9000 §9.2): the client moves to a new port and a new
             -- connection ID of the server's and validates the path from there (it probes even
             -- while flow control holds its upload)
@@ -391,8 +399,7 @@ end)
                 assert.truthy(out:find("[:status: 200]", 1, true), out:sub(-3000))
                 assert.truthy(out:find("got 2400000", 1, true), out:sub(-3000))
             end
-            local _, conns = srv:log():gsub("quic: new connection", "")
-            assert.are.equal(4, conns, "one connection per run, none re-created on another worker")
+            one_connection_per_run(srv, 4)
         end)
     end)
 

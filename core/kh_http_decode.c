@@ -36,7 +36,8 @@ struct kh_hd {
 };
 
 /* RFC 9659 §3: HTTP's zstd decoders support windows up to 8 MiB and encoders make none larger */
-#define ZSTD_HTTP_WINDOW_MAX (8u << 20)
+#define ZSTD_HTTP_WINDOW_LOG 23
+#define ZSTD_HTTP_WINDOW_MAX ((uint64_t)1 << ZSTD_HTTP_WINDOW_LOG)
 
 static uint64_t le(const unsigned char *p, size_t n)
 {
@@ -114,7 +115,7 @@ kh_hd *kh_hd_new(int kind, uint64_t max_out)
             abort();
         ZSTD_initDStream(d->zs);
         /* what zstd_header allows: libzstd's own check then never refuses what it let through */
-        ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, 23);
+        ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, ZSTD_HTTP_WINDOW_LOG);
         d->at_frame = 1;
     } else {
         /* 32 + 15: gzip or zlib header detected; deflate: zlib-wrapped (RFC 9110 §8.4.1.2) */

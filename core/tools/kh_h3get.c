@@ -475,29 +475,26 @@ static int open_raw(client_t *c)
     return 0;
 }
 
+static int port_of(const struct sockaddr_storage *ss)
+{
+    return ntohs(ss->ss_family == AF_INET ? ((const struct sockaddr_in *)ss)->sin_port
+                                          : ((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
 /* --rebind-after: the same connection from a new socket (a new source port), unannounced */
 static int rebind(client_t *c)
 {
-    struct sockaddr_storage remote = c->q.remote;
-    socklen_t remotelen = c->q.remotelen;
-    int old = c->q.fd, oldport = 0, newport = 0;
-    int fd = socket(remote.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&remote, remotelen) != 0) {
+    int old = c->q.fd, oldport = port_of(&c->q.local);
+    int fd = socket(c->q.remote.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&c->q.remote, c->q.remotelen) != 0) {
         fprintf(stderr, "kh-h3get: rebind: %s\n", strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
     }
-    if (c->q.local.ss_family == AF_INET)
-        oldport = ntohs(((struct sockaddr_in *)&c->q.local)->sin_port);
-    else
-        oldport = ntohs(((struct sockaddr_in6 *)&c->q.local)->sin6_port);
     c->q.locallen = sizeof c->q.local;
     getsockname(fd, (struct sockaddr *)&c->q.local, &c->q.locallen);
-    if (c->q.local.ss_family == AF_INET)
-        newport = ntohs(((struct sockaddr_in *)&c->q.local)->sin_port);
-    else
-        newport = ntohs(((struct sockaddr_in6 *)&c->q.local)->sin6_port);
+    int newport = port_of(&c->q.local);
     c->q.fd = fd;
     close(old);
     ngtcp2_addr a;

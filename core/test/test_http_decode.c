@@ -147,6 +147,16 @@ int main(void)
         {"\x28\xb5\x2f\xfd\x23\x00\x01\x00\x00\x28", 10, KH_HD_EDATA, "dictionary ID 256"},
         {"\x28\xb5\x2f\xfd\x08\x00", 6, KH_HD_EDATA, "the reserved bit"},
     };
+    /* whole frames naming dictionary 256: libzstd refused them fed whole ("Dictionary
+     * mismatch") and decoded 8,160 bytes fed split (fuzz_h2_client's zstd_dictionary_id_frame) */
+    static const unsigned char dict_frames[] = {
+        0x28, 0xb5, 0x2f, 0xfd, 0x23, 0x00, 0x01, 0x00, 0x00, 0x28, 0xb5, 0x2f, 0xfd, 0x00,
+        0x00, 0x01, 0x00, 0x00, 0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x37, 0x03, 0xff, 0x00, 0x00};
+    kh_is_int(both(KH_HD_ZSTD, 1 << 24, dict_frames, sizeof dict_frames, NULL, "dictionary frames"),
+              KH_HD_EDATA, "whole frames with a dictionary ID are refused");
+    static sink split9;
+    kh_is_int(decode(KH_HD_ZSTD, 1 << 24, dict_frames, sizeof dict_frames, 9, &split9),
+              KH_HD_EDATA, "and refused fed 9 bytes at a time (the split the fuzzer found)");
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         kh_is_int(both(KH_HD_ZSTD, 1 << 20, hs[i].h, hs[i].n, NULL, hs[i].what), hs[i].want,
                   "%s", hs[i].what);
